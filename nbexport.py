@@ -39,14 +39,18 @@ def library_cells(path: Path = NOTEBOOK) -> list[str]:
             continue
         if DEMO_TAG in cell.metadata.get("tags", []):
             continue
-        lines = [ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+        lines = [
+            ln
+            for ln in cell.source.splitlines()
+            if not ln.lstrip().startswith(("%", "!"))
+        ]
         cells.append("\n".join(lines))
     return cells
 
 
 def module_source(path: Path = NOTEBOOK) -> str:
     header = (
-        f"# Generated from {path.name} by nbexport.py. Do not edit: edit the notebook.\n"
+        f"# Generated from {path.name} by nbexport.py; edit the notebook instead.\n"
     )
     parts = [header]
     for i, src in enumerate(library_cells(path)):

@@ -1,0 +1,75 @@
+# The Annotated Transformer, rebuilt. `make run` executes the notebook and renders the
+# blog page; `make test` runs every test. Both create or refresh .venv themselves.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NB := annotated_transformer
+# Use the local Multi30k copy beside the checkout when there is one (no download).
+SHARED_DATA := $(abspath ../shared/data/multi30k)
+ifneq ($(wildcard $(SHARED_DATA)/train.de.gz),)
+export MULTI30K_DIR ?= $(SHARED_DATA)
+endif
+PRESET ?=
+ifneq ($(PRESET),)
+export AT_PRESET := $(PRESET)
+endif
+
+.PHONY: help setup run execute page test pytest lint format sync export train bench freeze clean
+
+help:
+	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
+	@echo "make test   - pytest + nbval (ci preset) + sync check + ruff"
+	@echo "make sync   - update $(NB).ipynb's cells from $(NB).md (outputs kept)"
+	@echo "make lint / make format - ruff on the Python files and the notebook's code"
+	@echo "make train PRESET=cpu   - train Multi30k outside Jupyter, write results/<preset>.json"
+	@echo "PRESET=ci|cpu|gpu overrides the hardware default for run/train."
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $(STAMP)
+
+sync: setup
+	$(PY) -m jupytext --to ipynb --update $(NB).md
+
+export: setup
+	$(PY) nbexport.py
+
+execute: sync export
+	$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+		--ExecutePreprocessor.timeout=-1 --ExecutePreprocessor.kernel_name=python3 $(NB).ipynb
+
+page: setup
+	$(PY) tools/render_page.py --notebook $(NB).ipynb --out docs/index.html
+
+run: execute page
+	@echo "executed $(NB).ipynb and rendered docs/index.html"
+
+lint: setup
+	$(PY) -m ruff check . $(NB).ipynb
+	$(PY) -m ruff format --check . $(NB).ipynb
+
+format: setup
+	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md
+	$(PY) -m ruff format .
+	$(MAKE) sync
+
+# The tests run in the small `ci` preset whatever the hardware.
+pytest: setup export
+	AT_PRESET=ci $(PY) -m pytest tests $(NB).ipynb --nbval-lax --current-env -p no:cacheprovider $(PYTEST_ARGS)
+
+test: lint pytest
+
+train: export
+	$(PY) tools/train.py $(if $(PRESET),--preset $(PRESET),)
+
+freeze: setup
+	$(PY) -m pip freeze | sed 's/+cpu$$//' > /tmp/at-freeze.txt && echo "see /tmp/at-freeze.txt"
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache
