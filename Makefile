@@ -61,7 +61,7 @@ format: setup
 
 # The tests run in the small `ci` preset whatever the hardware.
 pytest: setup export
-	AT_PRESET=ci $(PY) -m pytest tests $(NB).ipynb --nbval-lax --current-env -p no:cacheprovider $(PYTEST_ARGS)
+	AT_PRESET=ci $(PY) -m pytest tests $(NB).ipynb --nbval-lax --nbval-current-env -p no:cacheprovider $(PYTEST_ARGS)
 
 test: lint pytest
 

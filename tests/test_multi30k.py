@@ -1,0 +1,488 @@
+"""Part 3 (Multi30k German->English): data, text pipeline, training, decoding.
+
+The data comes from $MULTI30K_DIR, by default ../shared/data/multi30k beside the
+repository; the download path is tested against a local HTTP server on 127.0.0.1.
+"""
+
+import functools
+import http.server
+import json
+import os
+import pickle
+import socket
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import nbexport
+
+DATA = Path(
+    os.environ.get("MULTI30K_DIR") or ROOT / ".." / "shared" / "data" / "multi30k"
+).resolve()
+os.environ["MULTI30K_DIR"] = str(DATA)
+NOTEBOOK = Path(os.environ.get("AT_NOTEBOOK", nbexport.NOTEBOOK))
+FILES = [
+    f"{s}.{lang}.gz"
+    for s in ("train", "val", "test_2016_flickr")
+    for lang in ("de", "en")
+]
+TINY = {
+    "n_train": 200,
+    "n_eval": 16,
+    "min_freq": 2,
+    "max_tokens": 300,
+    "N": 1,
+    "d_model": 32,
+    "d_ff": 64,
+    "h": 2,
+    "epochs": 2,
+    "warmup": 10,
+    "max_len": 40,
+}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return nbexport.load(NOTEBOOK)
+
+
+@pytest.fixture(scope="module")
+def cfg(lib):
+    return lib.multi30k_config("ci", **TINY)
+
+
+@pytest.fixture(scope="module")
+def data(lib, cfg):
+    return lib.prepare_multi30k(cfg)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """No MULTI30K_DIR; an empty cache under XDG_CACHE_HOME."""
+    monkeypatch.delenv("MULTI30K_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "annotated-transformer" / "multi30k"
+
+
+def serve(directory: Path):
+    """Start an HTTP server for `directory`; returns (server, base url, request log)."""
+    log = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            log.append(self.path.lstrip("/"))
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Handler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}", log
+
+
+@pytest.fixture
+def mirror():
+    server, url, log = serve(DATA)
+    yield url, log
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def offline_url():
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# --- data --------------------------------------------------------------------------
+
+
+def test_shared_data_matches_notebook_digests(lib):
+    assert sorted(lib.MULTI30K_SHA256) == sorted(FILES)
+    assert lib.fetch_multi30k() == DATA
+    for name, digest in lib.MULTI30K_SHA256.items():
+        assert lib.sha256sum(DATA / name) == digest
+
+
+def test_download_verifies_and_caches(lib, cache, mirror):
+    url, log = mirror
+    assert lib.fetch_multi30k(base_url=url) == cache
+    assert sorted(log) == sorted(FILES)
+    for name in FILES:
+        assert (cache / name).read_bytes() == (DATA / name).read_bytes()
+    assert lib.fetch_multi30k(base_url=url) == cache
+    assert len(log) == len(FILES), "a verified cache must not be downloaded again"
+    assert sorted(p.name for p in cache.iterdir()) == sorted(FILES), "stray temp files"
+
+
+def test_default_url_is_the_multi30k_repository(lib, cache, mirror, monkeypatch):
+    assert lib.MULTI30K_URL.startswith("https://raw.githubusercontent.com/multi30k/")
+    url, log = mirror
+    monkeypatch.setattr(lib, "MULTI30K_URL", url)
+    assert lib.fetch_multi30k() == cache and sorted(log) == sorted(FILES)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupted_cache_is_fetched_again(lib, cache, mirror, damage):
+    url, log = mirror
+    lib.fetch_multi30k(base_url=url)
+    path = cache / "train.en.gz"
+    blob = bytearray(path.read_bytes())
+    if damage == "truncate":
+        blob = blob[: len(blob) // 2]
+    else:
+        blob[len(blob) // 2] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    log.clear()
+    lib.fetch_multi30k(base_url=url)
+    assert log == ["train.en.gz"]
+    assert path.read_bytes() == (DATA / "train.en.gz").read_bytes()
+
+
+def test_offline_error_names_files_and_variable(lib, cache, offline_url):
+    with pytest.raises(lib.DataUnavailableError) as err:
+        lib.fetch_multi30k(base_url=offline_url)
+    message = str(err.value)
+    assert "MULTI30K_DIR" in message
+    for name in FILES:
+        assert name in message
+    assert not any(cache.iterdir()), "no partial files may be left behind"
+
+
+def test_offline_with_corrupted_cache_is_an_error(lib, cache, mirror, offline_url):
+    url, _ = mirror
+    lib.fetch_multi30k(base_url=url)
+    (cache / "val.de.gz").write_bytes(b"not gzip")
+    with pytest.raises(lib.DataUnavailableError) as err:
+        lib.fetch_multi30k(base_url=offline_url)
+    message = str(err.value)
+    assert "val.de.gz" in message and "MULTI30K_DIR" in message
+    assert "train.de.gz" not in message, "only the damaged file is missing"
+
+
+def test_download_with_wrong_content_is_rejected(lib, cache, tmp_path):
+    bad = tmp_path / "bad_mirror"
+    bad.mkdir()
+    for name in FILES:
+        (bad / name).write_bytes((DATA / name).read_bytes())
+    (bad / "test_2016_flickr.de.gz").write_bytes(b"something else")
+    server, url, _ = serve(bad)
+    try:
+        with pytest.raises(lib.DataUnavailableError, match="test_2016_flickr.de.gz"):
+            lib.fetch_multi30k(base_url=url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not (cache / "test_2016_flickr.de.gz").exists()
+    assert (cache / "train.de.gz").exists()
+
+
+def test_local_folder_without_the_files(lib, tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path))
+    (tmp_path / "val.en.gz").write_bytes((DATA / "val.en.gz").read_bytes())
+    with pytest.raises(lib.DataUnavailableError) as err:
+        lib.fetch_multi30k()
+    message = str(err.value)
+    assert "MULTI30K_DIR" in message and str(tmp_path) in message
+    assert "train.de.gz" in message and "val.en.gz" not in message
+
+
+def test_read_split_aligned(lib):
+    sizes = {split: len(lib.read_split(split)[0]) for split in ("train", "val")}
+    de, en = lib.read_split("test_2016_flickr")
+    assert len(de) == len(en) > 0 and sizes["train"] > sizes["val"] > 0
+    assert all(isinstance(s, str) and "\n" not in s for s in de[:50] + en[:50])
+
+
+# --- text pipeline -----------------------------------------------------------------
+
+
+def test_tokenizers(lib):
+    tok = lib.load_tokenizers()
+    assert lib.tokenize_all(tok["de"], ["Ein Mann, der  läuft."]) == [
+        ["Ein", "Mann", ",", "der", "läuft", "."]
+    ]
+    assert lib.tokenize_all(tok["en"], ["It isn't."]) == [["It", "is", "n't", "."]]
+
+
+def test_detokenize(lib):
+    assert lib.detokenize(["A", "man", "'s", "hat", ",", "(", "red", ")", "."]) == (
+        "A man's hat, (red)."
+    )
+    tok = lib.load_tokenizers()["en"]
+    _, refs = lib.read_split("val")
+    same = sum(
+        lib.detokenize(t) == s
+        for t, s in zip(lib.tokenize_all(tok, refs), refs, strict=True)
+    )
+    assert same / len(refs) > 0.9
+
+
+def test_vocab_from_training_pairs_only(lib, cfg, data):
+    assert [data.vocab_tgt.itos[i] for i in (lib.BOS, lib.EOS, lib.PAD, lib.UNK)] == [
+        "<s>",
+        "</s>",
+        "<blank>",
+        "<unk>",
+    ]
+    tok = lib.load_tokenizers()
+    for lang, vocab in (("de", data.vocab_src), ("en", data.vocab_tgt)):
+        texts = lib.read_split("train")[0 if lang == "de" else 1][: cfg.n_train]
+        counts = Counter(t for s in lib.tokenize_all(tok[lang], texts) for t in s)
+        frequent = {w for w, c in counts.items() if c >= cfg.min_freq}
+        assert set(vocab.itos[len(lib.SPECIALS) :]) == frequent
+    val_tokens = lib.tokenize_all(tok["de"], lib.read_split("val")[0][: cfg.n_eval])
+    unseen = [t for s in val_tokens for t in s if t not in data.vocab_src.stoi]
+    assert unseen, "a 200-pair vocabulary must miss some validation words"
+    assert data.vocab_src.encode(unseen) == [lib.UNK] * len(unseen)
+    framed = [i for s, _ in data.val for i in s]
+    assert framed.count(lib.UNK) == len(unseen)
+
+
+def test_vocab_checks_its_list(lib):
+    with pytest.raises(ValueError):
+        lib.Vocab(["a", "b"])
+    with pytest.raises(ValueError):
+        lib.Vocab(list(lib.SPECIALS) + ["a", "a"])
+    v = lib.build_vocab([["b", "a", "b"], ["c"]], min_freq=1)
+    assert v.itos == list(lib.SPECIALS) + ["b", "a", "c"]
+    assert lib.Vocab(v.itos).stoi == v.stoi
+
+
+def test_bucket_batches(lib, data):
+    budget = 300
+    batches = lib.bucket_batches(data.train, budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(data.train)))
+    for b in batches:
+        longest = max(max(len(data.train[i][0]), len(data.train[i][1])) for i in b)
+        assert len(b) * longest <= budget or len(b) == 1
+    g = torch.Generator().manual_seed(0)
+    random = torch.randperm(len(data.train), generator=g).tensor_split(len(batches))
+    bucketed = lib.padding_fraction(data.train, batches)
+    assert bucketed < lib.padding_fraction(data.train, [r.tolist() for r in random])
+    assert bucketed < lib.padding_fraction(data.train, [range(len(data.train))])
+    b = lib.collate(data.train, batches[0])
+    assert b.src.shape[0] == len(batches[0]) and int(b.ntokens) > 0
+
+
+def test_config_rejects_unknown_settings(lib):
+    with pytest.raises(ValueError, match="epoch"):
+        lib.multi30k_config("ci", epoch=3)
+    with pytest.raises(ValueError, match="preset"):
+        lib.multi30k_config("tpu")
+    with pytest.raises(ValueError):
+        lib.multi30k_config("ci", d_model=30, h=4)
+    assert {"ci", "cpu", "gpu"} <= set(lib.MULTI30K_PRESETS)
+
+
+# --- training and checkpoints ------------------------------------------------------
+
+
+def params(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def trained(lib, cfg, data, tmp_path_factory):
+    ckpt_dir = tmp_path_factory.mktemp("full")
+    model, history = lib.train_multi30k(cfg, data, ckpt_dir, log=lambda *a: None)
+    return ckpt_dir, model, history
+
+
+def test_resume_gives_the_same_parameters(lib, cfg, data, trained, tmp_path):
+    _, model, history = trained
+    total = history["steps"][-1]
+    per_epoch = total // cfg.epochs
+    k = per_epoch + per_epoch // 2  # in the middle of the second epoch
+    assert 0 < k < total and k % per_epoch
+    lib.train_multi30k(cfg, data, tmp_path, max_steps=k, log=lambda *a: None)
+    state = lib.load_checkpoint(tmp_path / "last.pt")
+    assert state["progress"]["step"] == k and not (tmp_path / "final.pt").exists()
+    resumed, resumed_history = lib.train_multi30k(
+        cfg, data, tmp_path, log=lambda *a: None
+    )
+    expected, got = params(model), params(resumed)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    assert resumed_history["val_loss"] == history["val_loss"]
+    torch.manual_seed(cfg.seed)
+    untrained = params(
+        lib.multi30k_model(cfg, len(data.vocab_src), len(data.vocab_tgt))
+    )
+    assert any(not torch.equal(untrained[n], got[n]) for n in got), "nothing trained"
+
+
+def test_checkpoint_is_plain_data(lib, trained):
+    ckpt_dir, model, history = trained
+    ckpt = torch.load(ckpt_dir / "final.pt", weights_only=True)
+    assert (
+        ckpt["progress"]["finished"]
+        and ckpt["progress"]["step"] == history["steps"][-1]
+    )
+    assert isinstance(ckpt["vocab_src"], list) and isinstance(ckpt["vocab_tgt"], list)
+    assert {"optimizer", "scheduler", "rng", "model_config", "train_config"} <= set(
+        ckpt
+    )
+    loaded, cfg, vs, vt = lib.model_from_checkpoint(ckpt)
+    assert cfg == lib.Multi30kConfig(**ckpt["train_config"])
+    assert vs.itos == ckpt["vocab_src"] and len(vt) == model.config.tgt_vocab
+    for name, tensor in params(model).items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+    assert len(history["train_loss"]) == len(history["val_loss"]) == cfg.epochs
+    assert all(loss > 0 for loss in history["val_loss"])
+
+
+def test_resume_refuses_another_config(lib, cfg, data, trained):
+    ckpt_dir, _, _ = trained
+    other = lib.multi30k_config("ci", **{**TINY, "d_model": 48, "h": 2})
+    with pytest.raises(ValueError, match="different config"):
+        lib.train_multi30k(other, data, ckpt_dir, log=lambda *a: None)
+
+
+def test_save_is_atomic(lib, tmp_path):
+    path = tmp_path / "ckpt.pt"
+    lib.save_checkpoint({"a": torch.ones(2)}, path)
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        lib.save_checkpoint({"a": lambda: 0}, path)  # cannot be pickled
+    assert torch.equal(lib.load_checkpoint(path)["a"], torch.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+def test_load_or_train_prefers_a_finished_checkpoint(
+    lib, cfg, data, trained, monkeypatch
+):
+    ckpt_dir, model, _ = trained
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained although final.pt exists")
+
+    monkeypatch.setattr(lib, "train_multi30k", no_training)
+    messages = []
+    loaded, history = lib.load_or_train(cfg, data, ckpt_dir, log=messages.append)
+    assert "loaded" in messages[0] and history["steps"]
+    x = torch.tensor([[lib.BOS, 5, 6, lib.EOS]])
+    model.eval()
+    with torch.no_grad():
+        mask = (x != lib.PAD).unsqueeze(-2)
+        assert torch.equal(model.encode(x, mask), loaded.encode(x, mask))
+
+
+# --- decoding, BLEU and translate --------------------------------------------------
+
+
+def test_batched_decoding_matches_one_by_one(lib, data, trained):
+    _, model, _ = trained
+    sources = [s for s, _ in data.val[:12]]
+    batched = lib.translate_ids(model, sources, batch_size=5)
+    single = [lib.translate_ids(model, [s], batch_size=1)[0] for s in sources]
+    assert batched == single
+    assert all(lib.EOS not in ids and lib.BOS not in ids for ids in batched)
+    limit = model.config.max_len
+    assert all(
+        len(ids) <= min(limit, len(s) + 50)
+        for ids, s in zip(batched, sources, strict=True)
+    )
+
+
+def test_evaluate_scores_against_raw_references(lib, cfg, data, trained, monkeypatch):
+    _, model, _ = trained
+    scores = lib.evaluate_multi30k(model, data, cfg)
+    assert "tok:13a" in scores["signature"]
+    for split in ("val", "test_2016_flickr"):
+        assert len(scores[split]["hyps"]) == cfg.n_eval
+        assert 0 <= scores[split]["bleu"] < 100
+    # a "model" whose output is the reference scores 100: references are the raw text
+    lookup = {
+        de: en
+        for des, ens in data.text.values()
+        for de, en in zip(des, ens, strict=True)
+    }
+    monkeypatch.setattr(
+        lib, "translate_corpus", lambda m, src, *a: [lookup[t] for t in src]
+    )
+    perfect = lib.evaluate_multi30k(model, data, cfg)
+    assert perfect["val"]["bleu"] == pytest.approx(100)
+
+
+@pytest.fixture(scope="module")
+def translate(lib, data, trained):
+    _, model, _ = trained
+    return lib.Translator(model, data.vocab_src, data.vocab_tgt)
+
+
+@pytest.mark.parametrize("bad", [None, 42, b"Ein Hund", ["Ein", "Hund"]])
+def test_translate_rejects_non_strings(translate, bad):
+    with pytest.raises(TypeError):
+        translate(bad)
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t "])
+def test_translate_rejects_empty_text(translate, blank):
+    with pytest.raises(ValueError, match="empty"):
+        translate(blank)
+
+
+def test_translate_length_limit(translate):
+    limit = translate.model.config.max_len - 2
+    out = translate(" ".join(["Hund"] * limit))  # exactly at the limit: fine
+    assert isinstance(out, str)
+    with pytest.raises(ValueError, match=str(limit)):
+        translate(" ".join(["Hund"] * (limit + 1)))
+
+
+def test_translate_unseen_words(lib, translate):
+    word = "Quetzalcoatlverkleidung"
+    assert translate.vocab_src.encode([word]) == [lib.UNK]
+    out = translate(f"Ein {word} läuft.")
+    assert isinstance(out, str) and "<s>" not in out and "</s>" not in out
+
+
+# --- the command-line trainer ------------------------------------------------------
+
+
+def test_train_cli_writes_results(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import train
+
+    out = tmp_path / "results.json"
+    args = [
+        "--preset",
+        "ci",
+        "--notebook",
+        str(NOTEBOOK),
+        "--ckpt-dir",
+        str(tmp_path),
+        "--out",
+        str(out),
+        "--set",
+        "n_train=48",
+        "--set",
+        "n_eval=8",
+        "--set",
+        "epochs=1",
+        "--set",
+        "d_model=32",
+        "--set",
+        "h=2",
+    ]
+    assert train.main(args) == 0
+    results = json.loads(out.read_text())
+    assert results["preset"] == "ci" and results["config"]["n_train"] == 48
+    assert results["steps"] > 0 and results["train_time_s"] > 0
+    assert results["tokens_per_s"] > 0 and 0 <= results["bleu_test_2016_flickr"] <= 100
+    assert "tok:13a" in results["sacrebleu_signature"]
+    assert (tmp_path / "final.pt").exists()
+    with pytest.raises(SystemExit):
+        train.main(args[:-2] + ["--set", "nonsense"])

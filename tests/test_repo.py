@@ -1,0 +1,71 @@
+"""The notebook pair, the generated module and the committed outputs stay consistent."""
+
+import subprocess
+import sys
+
+import jupytext
+import nbformat
+import pytest
+
+import nbexport
+from conftest import ROOT
+
+MD = ROOT / "annotated_transformer.md"
+IPYNB = ROOT / "annotated_transformer.ipynb"
+
+
+def cells(nb):
+    return [(c.cell_type, c.source.strip()) for c in nb.cells]
+
+
+def test_md_and_ipynb_hold_the_same_cells():
+    md, ipynb = cells(jupytext.read(MD)), cells(jupytext.read(IPYNB))
+    if md != ipynb:
+        i = next(
+            (k for k, (a, b) in enumerate(zip(md, ipynb, strict=False)) if a != b),
+            min(len(md), len(ipynb)),
+        )
+        pytest.fail(
+            f"{MD.name} and {IPYNB.name} differ ({len(md)} vs {len(ipynb)} cells; "
+            f"first difference at cell {i}): run `make sync`, then `make run`"
+        )
+
+
+def test_committed_notebook_was_executed_in_one_run_without_errors():
+    nb = nbformat.read(IPYNB, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    counts = [c.get("execution_count") for c in code]
+    assert None not in counts, "some code cells were never executed: run `make run`"
+    assert counts == sorted(counts), "cells were executed out of order: run `make run`"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"the committed notebook holds errors: {errors[0].ename}"
+
+
+def test_demo_cells_are_tagged_and_library_cells_define_things():
+    """Library (untagged) cells must not print or plot: that is what demo cells do."""
+    nb = jupytext.read(MD)
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "demo" in cell.metadata.get("tags", []):
+            continue
+        for line in cell.source.splitlines():
+            assert not line.startswith(("print(", "plt.show(")), (
+                f"library cell prints or plots at top level: {line!r}; tag it demo"
+            )
+
+
+def test_exported_module_is_importable_by_other_processes(tmp_path):
+    nbexport.export(out=tmp_path / "lib.py")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import lib; "
+        "print(lib.make_model(11, 11, 'tiny').config.d_model)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"AT_PRESET": "ci", "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(nbexport.load().MODEL_PRESETS["tiny"]["d_model"])
