@@ -58,24 +58,35 @@ def module_source(path: Path = NOTEBOOK) -> str:
     return "".join(parts)
 
 
-def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
-    """Write the module atomically (workers may be importing the old one)."""
+def _write_atomic(out: Path, text: str) -> None:
+    """Write via a temporary file and a rename: readers never see half a file."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    src = module_source(path)
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
-        f.write(src)
+        f.write(text)
     os.replace(tmp, out)
+
+
+def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
+    """Write the module (workers may be importing the old one meanwhile)."""
+    _write_atomic(out, module_source(path))
     return out
 
 
 def load(path: Path = NOTEBOOK, name: str = MODULE_NAME) -> types.ModuleType:
-    """Execute the library cells into a fresh module registered as ``name``."""
+    """Execute the library cells into a fresh module registered as ``name``.
+
+    The source is also written to build/<name>.py (if it changed) so that tracebacks
+    point at real lines of the generated code.
+    """
+    src = module_source(path)
+    where = EXPORT.parent / f"{name}.py"
+    if not where.exists() or where.read_text() != src:
+        _write_atomic(where, src)
     module = types.ModuleType(name)
-    module.__file__ = str(path)
+    module.__file__ = str(where)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    code = compile(module_source(path), str(path), "exec")
-    exec(code, module.__dict__)
+    exec(compile(src, str(where), "exec"), module.__dict__)
     return module
 
 
