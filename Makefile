@@ -25,6 +25,7 @@ help:
 	@echo "make sync   - update $(NB).ipynb's cells from $(NB).md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
 	@echo "make train PRESET=cpu   - train Multi30k outside Jupyter, write results/<preset>.json"
+	@echo "make bench              - didactic vs fast training path: tokens/s, memory"
 	@echo "PRESET=ci|cpu|gpu overrides the hardware default for run/train."
 
 setup: $(STAMP)
@@ -67,6 +68,12 @@ test: lint pytest
 
 train: export
 	$(PY) tools/train.py $(if $(PRESET),--preset $(PRESET),)
+
+# Didactic vs fast training path, same model and batches; prints tokens/s and memory.
+# For the paper's base model on a GPU: make bench BENCH_ARGS="--d-model 512 --d-ff 2048
+# --layers 6 --heads 8 --vocab 37000 --max-tokens 4000"
+bench: export
+	$(PY) tools/bench.py $(BENCH_ARGS)
 
 freeze: setup
 	$(PY) -m pip freeze | sed 's/+cpu$$//' > /tmp/at-freeze.txt && echo "see /tmp/at-freeze.txt"

@@ -1,0 +1,222 @@
+"""Part 5, the fast path: sdpa + fused layer norm + fused loss + autocast compute the
+same functions as the didactic code of Parts 1 and 2."""
+
+import copy
+
+import pytest
+import torch
+
+import nbexport
+from conftest import ROOT
+
+PART5 = ROOT / "parts" / "part5_fast_and_distributed.md"
+PART5_TITLE = "## Part 5: Faster and distributed training"
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    """The notebook with Part 5: the real one once merged, else Parts 1-2 + Part 5."""
+    path = nbexport.NOTEBOOK
+    if PART5_TITLE not in path.read_text():
+        path = tmp_path_factory.mktemp("nb") / "nb_part5.md"
+        path.write_text(nbexport.NOTEBOOK.read_text() + "\n" + PART5.read_text())
+    return nbexport.load(path, name="annotated_transformer_lib_test_fast")
+
+
+def padded_batch(lib, V, lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    data = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        data[i, :n] = torch.randint(1, V, (n,), generator=gen)
+    return lib.Batch(data, data.clone(), pad=0)
+
+
+def grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_whole_model_fast_path_gives_same_outputs_and_gradients(lib, norm):
+    torch.manual_seed(0)
+    V = 30
+    slow = lib.make_model(V, V, "tiny", N=2, d_model=32, d_ff=64, h=4, norm=norm)
+    slow.eval()  # dropout off: the two paths draw random numbers differently
+    fast = lib.set_fast_path(copy.deepcopy(slow))
+    assert all(m.attn_impl == "sdpa" for m in fast.modules() if hasattr(m, "attn_impl"))
+    b = padded_batch(lib, V, [9, 6, 3])
+    outs = []
+    for model in (slow, fast):
+        out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)
+        logp = model.generator(out)
+        (logp.gather(-1, b.tgt_y.unsqueeze(-1)).sum() + out.square().mean()).backward()
+        outs.append(out)
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+    g_slow, g_fast = grads(slow), grads(fast)
+    assert max(g.abs().max() for g in g_slow.values()) > 0
+    for name, g in g_slow.items():
+        torch.testing.assert_close(g_fast[name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fast_path_switch_keeps_weights_and_switches_back(lib):
+    model = lib.make_model(20, 20, "tiny", N=1, d_model=16, d_ff=32, h=2)
+    keys = list(model.state_dict())
+    lib.set_fast_path(model)
+    assert list(model.state_dict()) == keys
+    norms = [m for m in model.modules() if isinstance(m, lib.LayerNorm)]
+    assert norms and all(type(m) is lib.FusedLayerNorm for m in norms)
+    lib.set_fast_path(model, fast=False)
+    assert all(type(m) is lib.LayerNorm for m in norms)
+    attn = [m for m in model.modules() if isinstance(m, lib.MultiHeadedAttention)]
+    assert all(m.attn_impl == "didactic" for m in attn)
+
+
+def test_fused_layer_norm_matches_didactic(lib):
+    torch.manual_seed(0)
+    slow = lib.LayerNorm(24)
+    with torch.no_grad():
+        slow.gamma.normal_()
+        slow.beta.normal_()
+    fast = copy.deepcopy(slow)
+    fast.__class__ = lib.FusedLayerNorm
+    for scale in (1e-3, 1.0, 1e3):
+        x = scale * torch.randn(3, 5, 24)
+        torch.testing.assert_close(fast(x), slow(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_fused_loss_matches_label_smoothing(lib, smoothing):
+    torch.manual_seed(0)
+    V, pad = 40, 0
+    gen = lib.Generator(16, V)
+    x = torch.randn(4, 6, 16, requires_grad=True)
+    y = torch.randint(1, V, (4, 6))
+    y[:, 4:] = pad
+    y[3, 1:] = pad
+    slow = lib.SimpleLossCompute(gen, lib.LabelSmoothing(V, pad, smoothing))
+    fast = lib.FastLossCompute(gen, pad, smoothing)
+    results = []
+    for compute in (slow, fast):
+        total, loss = compute(x, y, 13)
+        params = [x, gen.proj.weight, gen.proj.bias]
+        results.append((float(total), loss, torch.autograd.grad(loss, params)))
+    (t_slow, l_slow, g_slow), (t_fast, l_fast, g_fast) = results
+    assert isinstance(results[1][1], torch.Tensor)
+    assert t_fast == pytest.approx(t_slow, rel=1e-5)
+    torch.testing.assert_close(l_fast, l_slow, atol=1e-6, rtol=1e-5)
+    for a, b in zip(g_fast, g_slow, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert g_fast[0][3, 1:].abs().max() == 0, "padding labels must not contribute"
+
+
+def test_fused_loss_rejects_bad_smoothing(lib):
+    with pytest.raises(ValueError, match="smoothing"):
+        lib.FastLossCompute(lib.Generator(4, 5), 0, 1.0)
+
+
+def test_accumulated_micro_batches_equal_one_big_batch(lib):
+    """fast_train_step over two micro-batches takes the step of their union."""
+    torch.manual_seed(0)
+    V = 25
+    a = lib.make_model(V, V, "tiny", N=1, d_model=16, d_ff=32, h=2, P_drop=0.0)
+    b = copy.deepcopy(a)
+    lib.set_fast_path(b)
+    b1, b2 = padded_batch(lib, V, [7, 3], seed=1), padded_batch(lib, V, [7, 7], seed=2)
+    both = lib.Batch(torch.cat([b1.src, b2.src]), torch.cat([b1.src, b2.src]), 0)
+    states = []
+    for model, batches in ((a, [both]), (b, [b1, b2])):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        loss_compute = lib.FastLossCompute(model.generator, 0, 0.1)
+        total = lib.fast_train_step(model, batches, loss_compute, opt, sched)
+        states.append((total, model.state_dict()))
+    (t_a, s_a), (t_b, s_b) = states
+    torch.testing.assert_close(t_b, t_a, rtol=1e-5, atol=1e-5)
+    moved = max((s_a[k] - v).abs().max() for k, v in s_b.items())
+    assert moved < 1e-5, f"accumulated step differs by {moved}"
+
+
+def test_autocast_dtype_choices(lib, monkeypatch):
+    for amx, dtype in ((False, None), (True, torch.bfloat16)):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
+        assert lib.autocast_dtype("cpu") is dtype
+    assert lib.autocast_dtype("cpu", "bf16") is torch.bfloat16
+    assert lib.autocast_dtype("cpu", "fp32") is None
+    for supported, dtype in ((True, torch.bfloat16), (False, torch.float16)):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
+        assert lib.autocast_dtype("cuda") is dtype
+    with pytest.raises(ValueError, match="fp16"):
+        lib.autocast_dtype("cpu", "fp16")
+    with pytest.raises(ValueError, match="precision"):
+        lib.autocast_dtype("cpu", "fp8")
+    assert not lib.make_grad_scaler("cpu", torch.bfloat16).is_enabled()
+
+
+def test_bf16_autocast_step_is_close_to_fp32(lib):
+    torch.manual_seed(0)
+    V = 25
+    model = lib.set_fast_path(
+        lib.make_model(V, V, "tiny", N=1, d_model=32, d_ff=64, h=2, P_drop=0.0)
+    )
+    twin = copy.deepcopy(model)
+    batch = padded_batch(lib, V, [8, 5, 2])
+    losses = []
+    for m, dtype in ((model, None), (twin, torch.bfloat16)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        loss_compute = lib.FastLossCompute(m.generator, 0, 0.1)
+        losses.append(
+            lib.fast_train_step(m, [batch], loss_compute, opt, sched, amp_dtype=dtype)
+        )
+    assert losses[1].dtype == torch.float32, "the loss is reduced in float32"
+    assert torch.isfinite(losses[1])
+    torch.testing.assert_close(losses[1], losses[0], rtol=3e-2, atol=0)
+
+
+def test_fast_attention_choice(lib):
+    assert lib.fast_attention_impl("cpu", None) == "sdpa"
+    assert lib.fast_attention_impl("cpu", torch.bfloat16) == "didactic"
+    assert lib.fast_attention_impl("cuda", torch.bfloat16) == "sdpa"
+    m = lib.set_fast_path(
+        lib.make_model(9, 9, "tiny", N=1, d_model=16, d_ff=32, h=2),
+        attn_impl="didactic",
+    )
+    assert any(type(x) is lib.FusedLayerNorm for x in m.modules())
+    assert {x.attn_impl for x in m.modules() if hasattr(x, "attn_impl")} == {"didactic"}
+
+
+def test_fused_adam_takes_the_same_steps_as_make_optimizer(lib):
+    torch.manual_seed(0)
+    a = torch.nn.Linear(6, 5)
+    b = copy.deepcopy(a)
+    opt_a, sched_a = lib.make_optimizer(a, 32, factor=2.0, warmup=3)
+    opt_b, sched_b = lib.make_fast_optimizer(b, 32, factor=2.0, warmup=3)
+    assert opt_b.param_groups[0]["fused"]
+    for _ in range(5):
+        x = torch.randn(4, 6)
+        for m, opt, sched in ((a, opt_a, sched_a), (b, opt_b, sched_b)):
+            m(x).square().sum().backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+    assert opt_a.param_groups[0]["lr"] == opt_b.param_groups[0]["lr"]
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pb, pa, atol=1e-6, rtol=1e-5)
+    assert (a.weight - torch.nn.Linear(6, 5).weight).abs().max() > 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit, via compile
+def test_compile_option_is_off_by_default(lib):
+    m = torch.nn.Linear(2, 2)
+    assert lib.maybe_compile(m) is m
+    compiled = lib.maybe_compile(m, enabled=True)  # wraps lazily; compiles on call
+    assert compiled is not m and compiled._orig_mod is m
+
+
+def test_sdpa_attention_drops_out_only_in_training(lib):
+    torch.manual_seed(0)
+    mha = lib.MultiHeadedAttention(2, 16, P_drop_attn=0.5, attn_impl="sdpa").eval()
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(mha(x, x, x), mha(x, x, x))
+    ref = copy.deepcopy(mha)
+    ref.attn_impl = "didactic"
+    torch.testing.assert_close(mha(x, x, x), ref(x, x, x), atol=1e-6, rtol=1e-5)
