@@ -57,6 +57,10 @@ lint: setup
 
 format: setup
 	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md
+	@# the pipe leaves extra blank lines around cells; keep one
+	$(PY) -c "import re,pathlib as p; f=p.Path('$(NB).md'); s=f.read_text(); \
+		s=re.sub(r'\n\n\n+(\x60\x60\x60python)', r'\n\n\1', s); \
+		f.write_text(re.sub(r'(\n\x60\x60\x60\n)\n\n+', r'\1\n', s))"
 	$(PY) -m ruff format .
 	$(MAKE) sync
 
