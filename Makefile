@@ -17,7 +17,7 @@ ifneq ($(PRESET),)
 export AT_PRESET := $(PRESET)
 endif
 
-.PHONY: help setup run execute page test pytest lint format sync export train bench freeze clean
+.PHONY: help setup run execute readme page test pytest lint format sync export train bench freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
@@ -48,8 +48,11 @@ execute: sync export
 page: setup
 	$(PY) tools/render_page.py --notebook $(NB).ipynb --out docs/index.html
 
-run: execute page
-	@echo "executed $(NB).ipynb and rendered docs/index.html"
+readme: setup
+	$(PY) tools/readme_results.py --notebook $(NB).ipynb
+
+run: execute readme page
+	@echo "executed $(NB).ipynb, copied its results into README.md, rendered docs/index.html"
 
 lint: setup
 	$(PY) -m ruff check . $(NB).ipynb

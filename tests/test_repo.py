@@ -69,3 +69,13 @@ def test_exported_module_is_importable_by_other_processes(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(nbexport.load().MODEL_PRESETS["tiny"]["d_model"])
+
+
+def test_readme_results_are_those_of_the_committed_notebook():
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "readme_results.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr + r.stdout

@@ -1,0 +1,98 @@
+"""Copy the outputs of the notebook's `results` cells into README.md.
+
+    python tools/readme_results.py           # rewrite the block between the markers
+    python tools/readme_results.py --check   # exit 1 if the README's block is stale
+
+The README never states a figure of its own: the block between the markers below is the
+printed output of the cells tagged `results` in the executed `.ipynb`, so the README,
+the notebook and the page (rendered from the same `.ipynb`) show the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def terminal_text(text: str) -> str:
+    """What a terminal would show: for each line, the part after the last '\\r'."""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
+def results_block(notebook: Path) -> str:
+    nb = nbformat.read(notebook, as_version=4)
+    heading, parts = None, []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            found = re.findall(r"^#{2,3} (.+)$", cell.source, flags=re.M)
+            heading = found[-1] if found else heading
+            continue
+        if "results" not in cell.metadata.get("tags", []):
+            continue
+        text = "".join(
+            o.get("text", "")
+            for o in cell.get("outputs", [])
+            if o.get("name") == "stdout"
+        )
+        text = terminal_text(text).strip()
+        if not text:
+            raise SystemExit(
+                f"a `results` cell under {heading!r} has no output: run it"
+            )
+        parts.append(f"**{heading}**\n\n```text\n{text}\n```\n")
+    if not parts:
+        raise SystemExit(f"{notebook} has no cells tagged `results`")
+    preset = re.search(r"preset=(\w+)", _first_stdout(nb))
+    head = f"From the committed run of the notebook (preset `{preset[1]}`):\n\n"
+    return head + "\n".join(parts)
+
+
+def _first_stdout(nb) -> str:
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.get("name") == "stdout" and "preset=" in o.get("text", ""):
+                return o["text"]
+    return "preset=unknown"
+
+
+def replace_block(readme: str, block: str) -> str:
+    if START not in readme or END not in readme:
+        raise SystemExit(f"README.md needs the markers {START} and {END}")
+    before, rest = readme.split(START, 1)
+    _, after = rest.split(END, 1)
+    return f"{before}{START}\n{block}{END}{after}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--notebook", type=Path, default=ROOT / "annotated_transformer.ipynb"
+    )
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    old = args.readme.read_text()
+    new = replace_block(old, results_block(args.notebook))
+    if args.check:
+        if new != old:
+            print(
+                "README.md's results are not those of the notebook: run "
+                "`python tools/readme_results.py`",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if new != old:
+        args.readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
