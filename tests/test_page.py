@@ -348,7 +348,6 @@ def test_renderer_refuses_remote_and_unexecuted(tmp_path):
     assert not list(tmp_path.glob("*.html"))
 
 
-@pytest.mark.skipif(not NOTEBOOK.is_file(), reason=f"{NOTEBOOK.name} not committed yet")
 def test_notebook_page(tmp_path, browser, capsys):
     out = tmp_path / "index.html"
     draft = _render(NOTEBOOK, out)
@@ -359,8 +358,8 @@ def test_notebook_page(tmp_path, browser, capsys):
     info = inspect_page(browser, out, "annotated_transformer")
     _announce(capsys, info)
     check_page(info, draft)
-    if PAGE.is_file():
-        assert PAGE.read_bytes() == out.read_bytes(), (
-            f"{PAGE.relative_to(ROOT)} is not the render of {NOTEBOOK.name}: "
-            "run `python tools/render_page.py`"
-        )
+    assert PAGE.is_file(), f"{PAGE.relative_to(ROOT)} is missing: run `make run`"
+    assert PAGE.read_bytes() == out.read_bytes(), (
+        f"{PAGE.relative_to(ROOT)} is not the render of {NOTEBOOK.name}: "
+        "run `python tools/render_page.py`"
+    )
