@@ -374,6 +374,20 @@ def test_beam_batched_over_sentences_equals_one_by_one(lib):
         assert (batched[i, one.size(1) :] == E).all()
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_beam_same_with_and_without_cache(lib, seed):
+    """The cache must follow the beams when they are re-ranked (reorder)."""
+    model = random_model(lib, seed)
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 13, (5, 6), generator=gen)
+    src[2, 3:] = 0
+    mask = (src != 0).unsqueeze(-2)
+    for k in (1, 3, 5):
+        cached = lib.beam_search(model, src, mask, 12, 1, 2, beam_size=k, alpha=0.6)
+        plain = lib.beam_search(model, src, mask, 12, 1, 2, k, 0.6, use_cache=False)
+        assert torch.equal(cached, plain), k
+
+
 def test_beam_output_respects_max_len_and_ends(lib):
     model = random_model(lib, 7)
     src = torch.randint(4, 13, (5, 6))

@@ -297,6 +297,66 @@ def test_greedy_decode_stops_every_sentence_at_end_symbol(nb):
             assert set(row[row.index(2) :]) == {2}
 
 
+# ---------------------------------------------------------------- the decoding cache
+
+
+def stepper_model(nb, norm, attn_impl, tie="none"):
+    torch.manual_seed(0)
+    model = nb.make_model(
+        13, 13, "tiny", N=2, d_model=32, d_ff=64, h=4, norm=norm, tie=tie
+    )
+    for m in model.modules():
+        if isinstance(m, nb.MultiHeadedAttention):
+            m.attn_impl = attn_impl
+    return model.eval()
+
+
+@pytest.mark.parametrize("attn_impl", ["didactic", "sdpa"])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_decoder_stepper_matches_full_decode_at_every_step(nb, norm, attn_impl):
+    model = stepper_model(nb, norm, attn_impl)
+    src = torch.randint(2, 13, (3, 7))
+    src_mask = padding_mask([7, 4, 1], 7)  # padded sources: the cache must mask them
+    ys = torch.randint(2, 13, (3, 9))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(memory, src_mask, ys, nb.subsequent_mask(9))  # (B, T, d)
+        step = nb.DecoderStepper(model, memory, src_mask)
+        for t in range(1, 10):
+            torch.testing.assert_close(step(ys[:, :t]), full[:, t - 1])
+    assert len(step.self_kv[0][0][0, 0]) == 9  # one cached key per position
+
+
+def test_decoder_stepper_reorder_follows_the_rows(nb):
+    model = stepper_model(nb, "pre", "sdpa")
+    src = torch.randint(2, 13, (4, 6))
+    src_mask = padding_mask([6, 5, 3, 2], 6)
+    ys = torch.randint(2, 13, (4, 5))
+    rows = torch.tensor([2, 2, 0, 3])  # duplicates and drops, as beam search does
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        step = nb.DecoderStepper(model, memory, src_mask)
+        for t in range(1, 4):
+            step(ys[:, :t])
+        step.reorder(rows)
+        got = step(ys[rows, :4])
+        want = model.decode(
+            memory[rows], src_mask[rows], ys[rows, :4], nb.subsequent_mask(4)
+        )[:, -1]
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_greedy_decode_same_with_and_without_cache(nb, norm):
+    model = stepper_model(nb, norm, "sdpa", tie="all")
+    src = torch.randint(3, 13, (6, 8))
+    src[3:, 5:] = 0  # padding
+    mask = (src != 0).unsqueeze(-2)
+    cached = nb.greedy_decode(model, src, mask, 20, 1, 2)
+    plain = nb.greedy_decode(model, src, mask, 20, 1, 2, use_cache=False)
+    assert torch.equal(cached, plain)
+
+
 # ---------------------------------------------------------------- errors and import
 
 
