@@ -24,8 +24,8 @@ help:
 	@echo "make test   - pytest + nbval (ci preset) + sync check + ruff"
 	@echo "make sync   - update $(NB).ipynb's cells from $(NB).md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
-	@echo "make train PRESET=cpu   - train Multi30k outside Jupyter, write results/<preset>.json"
-	@echo "make bench              - didactic vs fast training path: tokens/s, memory"
+	@echo "make train PRESET=cpu   - train Part 3's model outside Jupyter (results/<preset>-multi30k.json)"
+	@echo "make bench              - didactic vs fast training step: tokens/s, memory"
 	@echo "PRESET=ci|cpu|gpu overrides the hardware default for run/train."
 
 setup: $(STAMP)
@@ -74,13 +74,12 @@ pytest: setup export
 test: lint pytest
 
 train: export
-	$(PY) tools/train.py $(if $(PRESET),--preset $(PRESET),)
+	$(PY) -m tools.train $(if $(PRESET),--preset $(PRESET),) $(TRAIN_ARGS)
 
-# Didactic vs fast training path, same model and batches; prints tokens/s and memory.
-# For the paper's base model on a GPU: make bench BENCH_ARGS="--d-model 512 --d-ff 2048
-# --layers 6 --heads 8 --vocab 37000 --max-tokens 4000"
+# Didactic vs fast training step, same model and batches; prints tokens/s, memory, MFU.
+# The preset's model by default; the paper's base model on a GPU: make bench PRESET=gpu
 bench: export
-	$(PY) tools/bench.py $(BENCH_ARGS)
+	$(PY) -m tools.bench $(if $(PRESET),--preset $(PRESET),) $(BENCH_ARGS)
 
 freeze: setup
 	$(PY) -m pip freeze | sed 's/+cpu$$//' > /tmp/at-freeze.txt && echo "see /tmp/at-freeze.txt"

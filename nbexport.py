@@ -8,13 +8,16 @@ gate that decides.
     python nbexport.py            # writes build/annotated_transformer_lib.py
     python nbexport.py --check    # exits 1 if that file is stale
 
-Tests call :func:`load`; DistributedDataParallel workers and DataLoader workers import
-the generated file, which is rewritten from the notebook, never edited by hand.
+Tools and tests call :func:`load`, which rewrites the file when the notebook changed
+and imports it as the module ``annotated_transformer_lib``. Worker processes (torchrun,
+DataLoader workers) import that same file by name, with its folder on PYTHONPATH; it is
+rewritten from the notebook, never edited by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -61,48 +64,46 @@ def module_source(path: Path = NOTEBOOK) -> str:
 def _write_atomic(out: Path, text: str) -> None:
     """Write via a temporary file and a rename: readers never see half a file."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(text)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, out)
 
 
 def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
-    """Write the module (workers may be importing the old one meanwhile)."""
-    _write_atomic(out, module_source(path))
+    """Write the module if it is missing or stale; returns its path. Several
+    processes may do this at once: each writes the same text through a rename."""
+    source = module_source(path)
+    if not out.exists() or out.read_text() != source:
+        _write_atomic(out, source)
     return out
 
 
-def load(path: Path = NOTEBOOK, name: str = MODULE_NAME) -> types.ModuleType:
-    """Execute the library cells into a fresh module registered as ``name``.
-
-    The source is also written to build/<name>.py (if it changed) so that tracebacks
-    point at real lines of the generated code.
-    """
-    src = module_source(path)
-    where = EXPORT.parent / f"{name}.py"
-    if not where.exists() or where.read_text() != src:
-        _write_atomic(where, src)
-    module = types.ModuleType(name)
-    module.__file__ = str(where)
-    sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    exec(compile(src, str(where), "exec"), module.__dict__)
+def load(path: Path = NOTEBOOK) -> types.ModuleType:
+    """The notebook's library as the module ``annotated_transformer_lib``, imported
+    from its generated file (exported first if stale; imported once per process)."""
+    out = export(path)
+    module = sys.modules.get(MODULE_NAME)
+    if module is not None and getattr(module, "__file__", None) == str(out):
+        return module
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, out)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE_NAME] = module  # dataclasses and pickling look it up by name
+    spec.loader.exec_module(module)
     return module
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--notebook", type=Path, default=NOTEBOOK)
-    parser.add_argument("--out", type=Path, default=EXPORT)
-    parser.add_argument("--check", action="store_true", help="fail if out is stale")
+    parser.add_argument("--check", action="store_true", help="fail if stale")
     args = parser.parse_args()
     if args.check:
-        fresh = module_source(args.notebook)
-        if not args.out.exists() or args.out.read_text() != fresh:
-            print(f"{args.out} is stale: run `python nbexport.py`", file=sys.stderr)
+        if not EXPORT.exists() or EXPORT.read_text() != module_source():
+            print(f"{EXPORT} is stale: run `python nbexport.py`", file=sys.stderr)
             return 1
         return 0
-    print(export(args.notebook, args.out))
+    print(export())
     return 0
 
 

@@ -1,50 +1,60 @@
-"""Part 5, data parallelism: sharding, and torchrun runs on CPU (gloo, 2 processes)
-compared with a single process that steps on the same global batches."""
+"""Part 5, data parallelism: sharding, and torchrun runs on CPU processes (gloo, 2
+ranks, on any machine, GPUs or not) compared with one process that steps on the same
+global batches."""
 
-import importlib.util
-import os
 import re
-import shutil
-import sys
 import time
 
 import pytest
 import torch
 
 import nbexport
-from conftest import ROOT
 
-PART5 = ROOT / "parts" / "part5_fast_and_distributed.md"
-PART5_TITLE = "## Part 5: Faster and distributed training"
-
-
-@pytest.fixture(scope="module")
-def notebook(tmp_path_factory, ddp_train):
-    """The notebook with Part 5: the real one once merged, else the notebook + Part 5
-    (whose generated module the workers write to a temporary folder, removed after)."""
-    if PART5_TITLE in nbexport.NOTEBOOK.read_text():
-        yield nbexport.NOTEBOOK
-        return
-    path = tmp_path_factory.mktemp("nb") / "nb_part5.md"
-    path.write_text(nbexport.NOTEBOOK.read_text() + "\n" + PART5.read_text())
-    yield path
-    shutil.rmtree(ddp_train.module_path(path).parent, ignore_errors=True)
+SETTINGS = ["n_train=240", "max_tokens=160", "d_model=32", "h=2", "d_ff=64", "N=1",
+            "n_eval=40", "warmup=100", "factor=1.0", "P_drop=0.0"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def lib(notebook):
-    return nbexport.load(notebook, name="annotated_transformer_lib_test_ddp")
+def cli_args(ckpt_dir, *extra):
+    args = ["--task", "copy", "--preset", "ci", "--device", "cpu",
+            "--ckpt-dir", ckpt_dir, "--out", ckpt_dir / "results.json"]  # fmt: skip
+    for s in SETTINGS:
+        args += ["--set", s]
+    return [*args, *extra]
 
 
-@pytest.fixture(scope="module")
-def ddp_train():
-    """tools/ddp_train.py as a module, for its task builders and argument parser."""
-    spec = importlib.util.spec_from_file_location(
-        "ddp_train_script", ROOT / "tools" / "ddp_train.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# Each worker runs this before train_cli: test-only changes stay in the tests.
+SGD = (
+    "import torch, annotated_transformer_lib as m\n"
+    "def sgd(model, d_model, factor=1.0, warmup=4000, fused=False):\n"
+    "    opt = torch.optim.SGD(model.parameters(), lr=0.5)\n"
+    "    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))\n"
+    "m.make_optimizer = sgd\n"
+)
+LOCAL_NORM = "import annotated_transformer_lib as m\nm.DataParallel.norm = None\n"
+FAULT = (
+    "import os, time, annotated_transformer_lib as m\n"
+    "step, original = [0], m.train_step\n"
+    "def faulty(*a, **k):\n"
+    "    out = original(*a, **k)\n"
+    "    step[0] += 1\n"
+    "    if int(os.environ['RANK']) == 1 and step[0] == 2:\n"
+    "        print('rank 1: injected fault {mode}', flush=True)\n"
+    "        if '{mode}' == 'raise': raise RuntimeError('injected failure on rank 1')\n"
+    "        if '{mode}' == 'exit': os._exit(3)\n"
+    "        while True: time.sleep(1)\n"
+    "    return out\n"
+    "m.train_step = faulty\n"
+)
+
+
+def launch(lib, args, prelude="", nproc=2, timeout_s=180):
+    code = prelude + lib.WORKER_CODE
+    start = time.monotonic()
+    rc, out = lib.launch_torchrun(
+        args, nbexport.export().parent, nproc=nproc, code=code, timeout_s=timeout_s,
+        env={"OMP_NUM_THREADS": "1"}, check=False, echo=False,
+    )  # fmt: skip
+    return rc, out, time.monotonic() - start
 
 
 # ---------------------------------------------------------------- sharding
@@ -68,80 +78,55 @@ def test_shard_batches_rejects_bad_rank(lib):
         lib.shard_batches([1, 2, 3], 0, 0)
 
 
-def test_epoch_shuffle_is_a_seeded_permutation(lib):
-    items = list(range(50))
-    a, b = lib.epoch_shuffle(items, 0, 3), lib.epoch_shuffle(items, 0, 3)
-    assert a == b and sorted(a) == items
-    assert lib.epoch_shuffle(items, 0, 4) != a
+def test_epoch_order_is_a_seeded_permutation(lib):
+    a, b = lib.epoch_order(50, 0, 3), lib.epoch_order(50, 0, 3)
+    assert a == b and sorted(a) == list(range(50))
+    assert lib.epoch_order(50, 0, 4) != a
 
 
 # ---------------------------------------------------------------- torchrun runs
 
-SIZES = ["--n-sentences", "240", "--max-tokens", "160", "--d-model", "32"]
-SIZES += ["--precision", "fp32"]  # the reference runs in float32
 
-
-def launch(lib, notebook, args, nproc=2, env=None, timeout_s=120):
-    env = {"OMP_NUM_THREADS": "1", **(env or {})}
-    start = time.monotonic()
-    rc, out = lib.launch_torchrun(
-        ["--notebook", notebook, *args],
-        nproc=nproc,
-        timeout_s=timeout_s,
-        env=env,
-        check=False,
-        echo=False,
-    )
-    return rc, out, time.monotonic() - start
-
-
-def reference_run(lib, ddp_train, notebook, args, world, steps):
+def reference_run(lib, tmp_path, world, steps, optimizer="adam"):
     """One process, one optimiser step per group of `world` consecutive batches of
     the epoch's order: the global batch that the `world` ranks share."""
-    a = ddp_train.parse_args(["--notebook", str(notebook), *args])
-    model, batches, _, _, d_model, warmup, *_ = ddp_train.copy_task(lib, a)
-    lib.set_fast_path(model)
-    if a.optimizer == "adam":
-        optimizer, scheduler = lib.make_fast_optimizer(model, d_model, warmup=warmup)
+    cfg = lib.run_config("ci", **dict(lib.parse_setting(s) for s in SETTINGS))
+    data = lib.copy_task_data(cfg)
+    run = lib.start_run(cfg, data, lib.prepare_ckpt_dir(tmp_path), "cpu")
+    model = run.model
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 / (s + 1))
-    loss_compute = lib.FastLossCompute(model.generator, 0, 0.0)
-    order = lib.epoch_shuffle(batches, a.seed, 0)
+        opt, sched = run.optimizer, run.scheduler
+    batches = lib.make_batches(data.train, cfg, "cpu")
+    order = lib.epoch_order(len(batches), cfg.seed, 0)
     assert len(order) >= world * steps, "test data too small for the steps asked"
     init = {k: v.clone() for k, v in model.state_dict().items()}
-    ntokens = []
-    lrs = []
+    ntokens, lrs = [], []
     for k in range(steps):
-        group = order[k * world : (k + 1) * world]
+        group = [batches[j] for j in order[k * world : (k + 1) * world]]
         ntokens.append([b.ntokens for b in group])
-        lrs.append(optimizer.param_groups[0]["lr"])
-        lib.fast_train_step(model, group, loss_compute, optimizer, scheduler)
+        lrs.append(opt.param_groups[0]["lr"])
+        lib.train_step(model, group, run.loss_compute, opt, sched)
     return init, model.state_dict(), ntokens, lrs
 
 
 @pytest.fixture(scope="module")
-def ddp_runs(lib, ddp_train, notebook, tmp_path_factory):
+def ddp_runs(lib, tmp_path_factory):
     """2-rank runs of 3 steps: SGD with global token normalisation and with
     per-rank normalisation, and Adam with the eq. 3 schedule; and their
     single-process references."""
     out = tmp_path_factory.mktemp("ddp")
     runs = {}
-    for name, norm, opt in (
-        ("global", "global", "sgd"),
-        ("local", "local", "sgd"),
-        ("adam", "global", "adam"),
-    ):
-        ckpt = out / f"{name}.pt"
-        args = [*SIZES, "--optimizer", opt, "--max-steps", "3", "--norm", norm]
-        rc, log, seconds = launch(
-            lib, notebook, [*args, "--ckpt", ckpt, "--log-every", "1"]
-        )
+    for name, prelude in (("global", SGD), ("local", SGD + LOCAL_NORM),
+                          ("adam", "")):  # fmt: skip
+        rc, log, seconds = launch(lib, cli_args(out / name, "--max-steps", "3"),
+                                  prelude)  # fmt: skip
         assert rc == 0, log[-3000:]
-        runs[name] = (torch.load(ckpt, weights_only=True), log, seconds)
+        runs[name] = (torch.load(out / name / "last.pt", weights_only=True), log)
     for opt in ("sgd", "adam"):
-        args = [*SIZES, "--optimizer", opt]
-        runs[f"reference-{opt}"] = reference_run(lib, ddp_train, notebook, args, 2, 3)
+        runs[f"reference-{opt}"] = reference_run(lib, out / f"ref-{opt}", 2, 3, opt)
     return runs
 
 
@@ -151,8 +136,8 @@ def max_difference(a, b):
 
 def test_ddp_equals_single_process_on_the_same_global_batches(ddp_runs):
     init, want, ntokens, _ = ddp_runs["reference-sgd"]
-    ckpt, _, _ = ddp_runs["global"]
-    assert ckpt["step"] == 3 and ckpt["world_size"] == 2
+    ckpt, _ = ddp_runs["global"]
+    assert ckpt["progress"]["step"] == 3 and ckpt["history"]["world_size"] == 2
     assert any(len(set(n)) > 1 for n in ntokens), "ranks should hold unequal tokens"
     assert max_difference(want, init) > 1e-3, "training did not move the weights"
     for name, value in want.items():
@@ -177,8 +162,8 @@ def test_ddp_with_adam_and_the_schedule_equals_single_process(ddp_runs):
     of a row leaves the softmax unchanged); it is held to that bound, everything else
     to float tolerance."""
     init, want, _, lrs = ddp_runs["reference-adam"]
-    ckpt, _, _ = ddp_runs["adam"]
-    assert ckpt["scheduler"]["last_epoch"] == 3
+    ckpt, _ = ddp_runs["adam"]
+    assert ckpt["scheduler"]["last_epoch"] == 3, "the schedule counts global steps"
     assert max_difference(want, init) > 1e-4
     for name, value in want.items():
         got = ckpt["model"][name]
@@ -188,62 +173,52 @@ def test_ddp_with_adam_and_the_schedule_equals_single_process(ddp_runs):
             torch.testing.assert_close(got, value, atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_only_rank_0_logs_and_writes(ddp_runs):
-    ckpt, log, _ = ddp_runs["global"]
-    assert len(re.findall(r"^epoch 0 step 2:", log, flags=re.M)) == 1
-    assert len(re.findall(r"validation loss", log)) == 1
-    assert set(ckpt) >= {"model", "optimizer", "scheduler", "model_config", "step"}
-    assert ckpt["scheduler"]["last_epoch"] == 3, "the schedule counts global steps"
+def test_ddp_checkpoint_is_the_notebook_format(lib, ddp_runs, tmp_path):
+    ckpt, log = ddp_runs["adam"]
+    model, cfg, vs, vt = lib.model_from_checkpoint(ckpt)
+    assert cfg.model.d_model == 32 and len(vs) == model.generator.proj.out_features
+
+
+def test_a_full_ddp_run_logs_once_and_finishes(lib, tmp_path):
+    rc, log, _ = launch(lib, cli_args(tmp_path, "--set", "epochs=2"))
+    assert rc == 0, log[-3000:]
+    assert len(re.findall(r"^epoch 1: train loss", log, flags=re.M)) == 1, "rank 0 only"
+    assert len(re.findall(r"^epoch 2: train loss", log, flags=re.M)) == 1
+    assert "tokens_per_s_per_process" in log
+    assert (tmp_path / "epoch002.pt").exists() and (tmp_path / "results.json").exists()
 
 
 @pytest.mark.parametrize("mode", ["raise", "exit"])
-def test_a_dying_worker_fails_the_launch_quickly(lib, notebook, mode):
-    args = [*SIZES, "--max-steps", "50", "--log-every", "1", "--timeout-s", "30"]
-    rc, log, seconds = launch(
-        lib, notebook, args, env={"AT_DDP_FAULT": f"1:2:{mode}"}, timeout_s=90
-    )
+def test_a_dying_worker_fails_the_launch_quickly(lib, tmp_path, mode):
+    args = cli_args(tmp_path, "--max-steps", "50", "--timeout-s", "30")
+    rc, log, seconds = launch(lib, args, FAULT.replace("{mode}", mode), timeout_s=90)
     assert rc != 0, log[-2000:]
     assert seconds < 60, f"took {seconds:.0f} s to notice"
     assert "injected fault" in log
     assert re.search(r"rank\s*:\s*1", log), "torchrun should name the failed rank"
-    assert not re.search(r"^epoch 0 step 5:", log, flags=re.M), "rank 0 carried on"
     if mode == "raise":
         assert "injected failure on rank 1" in log, "the traceback should be shown"
 
 
-def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, notebook):
-    args = [*SIZES, "--max-steps", "50", "--log-every", "1", "--timeout-s", "8"]
-    rc, log, seconds = launch(
-        lib, notebook, args, env={"AT_DDP_FAULT": "1:2:hang"}, timeout_s=90
-    )
+def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, tmp_path):
+    args = cli_args(tmp_path, "--max-steps", "50", "--timeout-s", "8")
+    rc, log, seconds = launch(lib, args, FAULT.replace("{mode}", "hang"),
+                              timeout_s=90)  # fmt: skip
     assert rc != 0, log[-2000:]
     assert seconds < 60, f"took {seconds:.0f} s"
     assert re.search(r"rank\s*:\s*0", log), "rank 0 should fail on the timeout"
 
 
-def test_launcher_raises_with_the_output_tail(lib, notebook):
+def test_launcher_raises_with_the_output_tail(lib):
     with pytest.raises(RuntimeError, match="exited with code"):
-        lib.launch_torchrun(
-            ["--notebook", notebook, "--task", "nonsense"],
-            nproc=1,
-            timeout_s=60,
-            echo=False,
-        )
+        lib.launch_torchrun(["--task", "nonsense"], nbexport.export().parent,
+                            nproc=1, timeout_s=60, echo=False)  # fmt: skip
 
 
-def test_stale_generated_module_is_rewritten(ddp_train, notebook, tmp_path):
-    target = ddp_train.module_path(notebook)
-    if target.exists():
-        target.write_text("raise RuntimeError('stale module imported')\n")
-    previous = sys.modules.pop(nbexport.MODULE_NAME, None)
-    saved = list(sys.path)
-    try:
-        module = ddp_train.import_notebook(notebook)
-        assert hasattr(module, "train_distributed")
-        assert target.read_text() == nbexport.module_source(notebook)
-    finally:
-        sys.path[:] = saved
-        sys.modules.pop(nbexport.MODULE_NAME, None)
-        if previous is not None:
-            sys.modules[nbexport.MODULE_NAME] = previous
-    assert os.path.dirname(module.__file__) == str(target.parent)
+def test_too_few_gpus_is_a_clear_error(lib, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RuntimeError, match="--device cpu"):
+        lib.setup_distributed("cuda")

@@ -1,26 +1,10 @@
-"""Part 5, the fast path: sdpa + fused layer norm + fused loss + autocast compute the
-same functions as the didactic code of Parts 1 and 2."""
+"""Part 2's fast step: sdpa + fused layer norm + fused loss + fused Adam + autocast
+compute the same functions as the didactic code, without waiting for the device."""
 
 import copy
 
 import pytest
 import torch
-
-import nbexport
-from conftest import ROOT
-
-PART5 = ROOT / "parts" / "part5_fast_and_distributed.md"
-PART5_TITLE = "## Part 5: Faster and distributed training"
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    """The notebook with Part 5: the real one once merged, else Parts 1-2 + Part 5."""
-    path = nbexport.NOTEBOOK
-    if PART5_TITLE not in path.read_text():
-        path = tmp_path_factory.mktemp("nb") / "nb_part5.md"
-        path.write_text(nbexport.NOTEBOOK.read_text() + "\n" + PART5.read_text())
-    return nbexport.load(path, name="annotated_transformer_lib_test_fast")
 
 
 def padded_batch(lib, V, lengths, seed=0):
@@ -127,7 +111,7 @@ def test_accumulated_micro_batches_equal_one_big_batch(lib):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         loss_compute = lib.FastLossCompute(model.generator, 0, 0.1)
-        total = lib.fast_train_step(model, batches, loss_compute, opt, sched)
+        total = lib.train_step(model, batches, loss_compute, opt, sched)
         states.append((total, model.state_dict()))
     (t_a, s_a), (t_b, s_b) = states
     torch.testing.assert_close(t_b, t_a, rtol=1e-5, atol=1e-5)
@@ -135,20 +119,23 @@ def test_accumulated_micro_batches_equal_one_big_batch(lib):
     assert moved < 1e-5, f"accumulated step differs by {moved}"
 
 
-def test_autocast_dtype_choices(lib, monkeypatch):
-    for amx, dtype in ((False, None), (True, torch.bfloat16)):
+def test_precision_choices(lib, monkeypatch):
+    for amx, name in ((False, "fp32"), (True, "bf16")):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
-        assert lib.autocast_dtype("cpu") is dtype
-    assert lib.autocast_dtype("cpu", "bf16") is torch.bfloat16
-    assert lib.autocast_dtype("cpu", "fp32") is None
+        assert lib.choose_precision("cpu").name == name
+    assert lib.choose_precision("cpu", "bf16").dtype is torch.bfloat16
+    assert lib.choose_precision("cpu", "fp32").dtype is None
     for supported, dtype in ((True, torch.bfloat16), (False, torch.float16)):
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
-        assert lib.autocast_dtype("cuda") is dtype
+        precision = lib.choose_precision("cuda")
+        assert precision.dtype is dtype
+        # a GPU without bfloat16 (a Colab T4) gets float16 with a GradScaler
+        assert (precision.scaler is not None) == (dtype is torch.float16)
     with pytest.raises(ValueError, match="fp16"):
-        lib.autocast_dtype("cpu", "fp16")
+        lib.choose_precision("cpu", "fp16")
     with pytest.raises(ValueError, match="precision"):
-        lib.autocast_dtype("cpu", "fp8")
-    assert not lib.make_grad_scaler("cpu", torch.bfloat16).is_enabled()
+        lib.choose_precision("cpu", "fp8")
+    assert lib.choose_precision("cpu", "bf16").scaler is None
 
 
 def test_bf16_autocast_step_is_close_to_fp32(lib):
@@ -164,8 +151,9 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
         opt = torch.optim.SGD(m.parameters(), lr=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         loss_compute = lib.FastLossCompute(m.generator, 0, 0.1)
+        precision = lib.Precision(dtype, "cpu")
         losses.append(
-            lib.fast_train_step(m, [batch], loss_compute, opt, sched, amp_dtype=dtype)
+            lib.train_step(m, [batch], loss_compute, opt, sched, precision=precision)
         )
     assert losses[1].dtype == torch.float32, "the loss is reduced in float32"
     assert torch.isfinite(losses[1])
@@ -173,9 +161,9 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
 
 
 def test_fast_attention_choice(lib):
-    assert lib.fast_attention_impl("cpu", None) == "sdpa"
-    assert lib.fast_attention_impl("cpu", torch.bfloat16) == "didactic"
-    assert lib.fast_attention_impl("cuda", torch.bfloat16) == "sdpa"
+    assert lib.fast_attention_impl(lib.Precision(None, "cpu")) == "sdpa"
+    assert lib.fast_attention_impl(lib.Precision(torch.bfloat16, "cpu")) == "didactic"
+    assert lib.fast_attention_impl(lib.Precision(torch.bfloat16, "cuda")) == "sdpa"
     m = lib.set_fast_path(
         lib.make_model(9, 9, "tiny", N=1, d_model=16, d_ff=32, h=2),
         attn_impl="didactic",
@@ -189,7 +177,7 @@ def test_fused_adam_takes_the_same_steps_as_make_optimizer(lib):
     a = torch.nn.Linear(6, 5)
     b = copy.deepcopy(a)
     opt_a, sched_a = lib.make_optimizer(a, 32, factor=2.0, warmup=3)
-    opt_b, sched_b = lib.make_fast_optimizer(b, 32, factor=2.0, warmup=3)
+    opt_b, sched_b = lib.make_optimizer(b, 32, factor=2.0, warmup=3, fused=True)
     assert opt_b.param_groups[0]["fused"]
     for _ in range(5):
         x = torch.randn(4, 6)
@@ -220,3 +208,75 @@ def test_sdpa_attention_drops_out_only_in_training(lib):
     ref = copy.deepcopy(mha)
     ref.attn_impl = "didactic"
     torch.testing.assert_close(mha(x, x, x), ref(x, x, x), atol=1e-6, rtol=1e-5)
+
+
+class SyncCounter:
+    """Counts the calls that copy a tensor's value to the host (a device sync)."""
+
+    NAMES = ("item", "tolist", "__bool__", "__int__", "__float__", "cpu", "numpy")
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        for name in self.NAMES:
+            original = getattr(torch.Tensor, name)
+
+            def counted(t, *a, _name=name, _original=original, **kw):
+                self.calls.append(_name)
+                return _original(t, *a, **kw)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+
+def fast_setup(lib, V=25):
+    torch.manual_seed(0)
+    model = lib.set_fast_path(
+        lib.make_model(V, V, "tiny", N=1, d_model=32, d_ff=64, h=2)
+    )
+    opt, sched = lib.make_optimizer(model, 32, warmup=10, fused=True)
+    return model, lib.FastLossCompute(model.generator, 0, 0.1), opt, sched
+
+
+def test_fast_train_step_never_waits_for_the_device(lib, monkeypatch):
+    """No .item(), no tensor turned into a Python number, no data-dependent shape:
+    a step that a GPU could run without the host stopping to wait."""
+    model, loss_compute, opt, sched = fast_setup(lib)
+    batches = [padded_batch(lib, 25, [7, 5, 3], seed=s) for s in range(3)]
+    lib.train_step(model, batches[0], loss_compute, opt, sched)  # warm-up
+    counter = SyncCounter(monkeypatch)
+    for b in batches:
+        loss = lib.train_step(model, b, loss_compute, opt, sched)
+    assert counter.calls == [], counter.calls
+    assert isinstance(loss, torch.Tensor) and not loss.requires_grad
+
+
+def test_run_epoch_syncs_once_per_logging_interval(lib, monkeypatch):
+    model, loss_compute, opt, sched = fast_setup(lib)
+    batches = [padded_batch(lib, 25, [6, 4], seed=s) for s in range(12)]
+    counter = SyncCounter(monkeypatch)
+    total, ntokens, steps = lib.run_epoch(
+        batches, model, loss_compute, opt, sched, log_every=4
+    )
+    assert steps == 12 and ntokens == sum(b.ntokens for b in batches)
+    syncs = [c for c in counter.calls if c in ("cpu", "item", "tolist")]
+    assert len(syncs) <= 3 * 3, counter.calls  # 3 intervals: sum, sum, bar
+    assert total > 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_compiled_fast_step_matches_eager_on_cpu(lib):
+    """torch.compile of the fast path (what the gpu preset turns on) computes the same
+    step on the CPU too."""
+    eager, loss_e, opt_e, _ = fast_setup(lib)
+    twin, loss_t, opt_t, _ = fast_setup(lib)
+    compiled = lib.maybe_compile(twin, enabled=True)
+    b = padded_batch(lib, 25, [8, 5, 2])
+    eager.eval(), twin.eval()  # no dropout: the paths draw random numbers differently
+    for m, loss, opt in (
+        (eager, loss_e, opt_e),
+        (compiled, loss_t, opt_t),
+    ):
+        opt.zero_grad()
+        out = m(b.src, b.tgt, b.src_mask, b.tgt_mask)
+        loss(out, b.tgt_y, b.ntokens)[1].backward()
+    for (n, p), q in zip(eager.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=n)

@@ -21,29 +21,29 @@ def padding_mask(lengths, S):
 
 
 @pytest.mark.parametrize("masked", ["none", "padding", "causal"])
-def test_attention_matches_sdpa(nb, masked):
+def test_attention_matches_sdpa(lib, masked):
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 4, 6, 8) for _ in range(3))  # (B, h, T, d_k)
     mask = {
         "none": None,
         "padding": padding_mask([6, 3, 1], 6).unsqueeze(1),  # (B, 1, 1, S)
-        "causal": nb.subsequent_mask(6).unsqueeze(1),  # (1, 1, T, T)
+        "causal": lib.subsequent_mask(6).unsqueeze(1),  # (1, 1, T, T)
     }[masked]
-    ours, p = nb.attention(q, k, v, mask)
+    ours, p = lib.attention(q, k, v, mask)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(ours, ref, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(p.sum(-1), torch.ones(3, 4, 6))
 
 
-def test_attention_gradcheck_float64(nb):
+def test_attention_gradcheck_float64(lib):
     torch.manual_seed(0)
     q, k, v = (
         torch.randn(2, 2, 4, 3, dtype=torch.float64, requires_grad=True)
         for _ in range(3)
     )
-    mask = nb.subsequent_mask(4).unsqueeze(1)
+    mask = lib.subsequent_mask(4).unsqueeze(1)
     assert torch.autograd.gradcheck(
-        lambda a, b, c: nb.attention(a, b, c, mask)[0], (q, k, v)
+        lambda a, b, c: lib.attention(a, b, c, mask)[0], (q, k, v)
     )
 
 
@@ -59,10 +59,10 @@ def copy_mha(ours, ref):
 
 
 @pytest.mark.parametrize("impl", ["didactic", "sdpa"])
-def test_multi_head_attention_matches_torch(nb, impl):
+def test_multi_head_attention_matches_torch(lib, impl):
     torch.manual_seed(0)
     d_model, h, B, T, S = 32, 4, 3, 5, 7
-    ours = nb.MultiHeadedAttention(h, d_model, attn_impl=impl)
+    ours = lib.MultiHeadedAttention(h, d_model, attn_impl=impl)
     ref = nn.MultiheadAttention(d_model, h, batch_first=True)
     copy_mha(ours, ref)
     x, mem = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
@@ -72,19 +72,19 @@ def test_multi_head_attention_matches_torch(nb, impl):
     want, _ = ref(x, mem, mem, key_padding_mask=~padding_mask(lengths, S)[:, 0])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     # causal self-attention
-    got = ours(x, x, x, nb.subsequent_mask(T))
-    want, _ = ref(x, x, x, attn_mask=~nb.subsequent_mask(T)[0])
+    got = ours(x, x, x, lib.subsequent_mask(T))
+    want, _ = ref(x, x, x, attn_mask=~lib.subsequent_mask(T)[0])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_sdpa_path_matches_didactic_outputs_and_gradients(nb):
+def test_sdpa_path_matches_didactic_outputs_and_gradients(lib):
     torch.manual_seed(0)
-    a = nb.MultiHeadedAttention(4, 32, attn_impl="didactic")
-    b = nb.MultiHeadedAttention(4, 32, attn_impl="sdpa")
+    a = lib.MultiHeadedAttention(4, 32, attn_impl="didactic")
+    b = lib.MultiHeadedAttention(4, 32, attn_impl="sdpa")
     b.load_state_dict(a.state_dict())
     x = torch.randn(2, 6, 32, requires_grad=True)
     y = x.detach().clone().requires_grad_(True)
-    mask = nb.subsequent_mask(6)
+    mask = lib.subsequent_mask(6)
     out_a, out_b = a(x, x, x, mask), b(y, y, y, mask)
     torch.testing.assert_close(out_a, out_b, atol=1e-6, rtol=1e-5)
     g = torch.randn_like(out_a)
@@ -96,30 +96,30 @@ def test_sdpa_path_matches_didactic_outputs_and_gradients(nb):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_masked_positions_stay_masked_in_half_precision(nb, dtype):
+def test_masked_positions_stay_masked_in_half_precision(lib, dtype):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
     mask = padding_mask([5, 2], 5).unsqueeze(1)  # second sentence: keys 2.. are padding
-    out, p = nb.attention(q.to(dtype), k.to(dtype), v.to(dtype), mask)
+    out, p = lib.attention(q.to(dtype), k.to(dtype), v.to(dtype), mask)
     assert not out.isnan().any() and not p.isnan().any()
     assert (p[1, :, :, 2:] == 0).all(), "masked keys got attention weight"
     # wild values at masked positions must not leak into the output
     k2, v2 = k.clone(), v.clone()
     k2[1, :, 2:], v2[1, :, 2:] = 1e4, 1e4
-    out2, _ = nb.attention(q.to(dtype), k2.to(dtype), v2.to(dtype), mask)
+    out2, _ = lib.attention(q.to(dtype), k2.to(dtype), v2.to(dtype), mask)
     torch.testing.assert_close(out2, out)
     # a fully masked row gives finite numbers, not NaN
     none = torch.zeros(1, 1, 1, 5, dtype=torch.bool)
-    out3, _ = nb.attention(q.to(dtype), k.to(dtype), v.to(dtype), none)
+    out3, _ = lib.attention(q.to(dtype), k.to(dtype), v.to(dtype), none)
     assert torch.isfinite(out3).all()
 
 
 # ---------------------------------------------------------------- layers
 
 
-def test_layer_norm_matches_torch(nb):
+def test_layer_norm_matches_torch(lib):
     torch.manual_seed(0)
-    ours, ref = nb.LayerNorm(16, eps=1e-6), nn.LayerNorm(16, eps=1e-6)
+    ours, ref = lib.LayerNorm(16, eps=1e-6), nn.LayerNorm(16, eps=1e-6)
     with torch.no_grad():
         ours.gamma.copy_(torch.randn(16))
         ours.beta.copy_(torch.randn(16))
@@ -164,10 +164,12 @@ def copy_into_reference(model, ref, norm):
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_encoder_decoder_matches_nn_transformer(nb, norm):
+def test_encoder_decoder_matches_nn_transformer(lib, norm):
     torch.manual_seed(0)
     d_model, h, N, d_ff, V = 32, 4, 2, 64, 20
-    model = nb.make_model(V, V, "tiny", N=N, d_model=d_model, d_ff=d_ff, h=h, norm=norm)
+    model = lib.make_model(
+        V, V, "tiny", N=N, d_model=d_model, d_ff=d_ff, h=h, norm=norm
+    )
     ref = nn.Transformer(
         d_model,
         h,
@@ -186,7 +188,7 @@ def test_encoder_decoder_matches_nn_transformer(nb, norm):
     src, tgt = torch.randint(1, V, (B, S)), torch.randint(1, V, (B, T))
     src_mask = padding_mask([7, 5, 3], S)
     tgt_pad = padding_mask([5, 5, 2], T)
-    batch_tgt_mask = tgt_pad & nb.subsequent_mask(T)
+    batch_tgt_mask = tgt_pad & lib.subsequent_mask(T)
     # grad stays enabled so nn.Transformer takes its plain (non-fused) path
     src_x, tgt_x = model.src_embed(src), model.tgt_embed(tgt)
     memory = model.encoder(src_x, src_mask)
@@ -196,7 +198,7 @@ def test_encoder_decoder_matches_nn_transformer(nb, norm):
     want = ref.decoder(
         tgt_x,
         memory,
-        tgt_mask=~nb.subsequent_mask(T)[0],
+        tgt_mask=~lib.subsequent_mask(T)[0],
         tgt_key_padding_mask=~tgt_pad[:, 0],
         memory_key_padding_mask=~src_mask[:, 0],
     )
@@ -205,13 +207,13 @@ def test_encoder_decoder_matches_nn_transformer(nb, norm):
     torch.testing.assert_close(model(src, tgt, src_mask, batch_tgt_mask), out)
 
 
-def test_label_smoothing_matches_cross_entropy(nb):
+def test_label_smoothing_matches_cross_entropy(lib):
     torch.manual_seed(0)
     V, pad, eps = 12, 0, 0.1
     logits = torch.randn(20, V, requires_grad=True)
     target = torch.randint(0, V, (20,))
     target[:4] = pad
-    ours = nb.LabelSmoothing(V, pad, eps)(logits.log_softmax(-1), target)
+    ours = lib.LabelSmoothing(V, pad, eps)(logits.log_softmax(-1), target)
     (g_ours,) = torch.autograd.grad(ours, logits)
     ref = F.cross_entropy(
         logits, target, ignore_index=pad, label_smoothing=eps, reduction="sum"
@@ -222,9 +224,9 @@ def test_label_smoothing_matches_cross_entropy(nb):
     assert g_ours[:4].abs().max() == 0, "padding labels must not contribute"
 
 
-def test_schedule_peaks_at_warmup(nb):
+def test_schedule_peaks_at_warmup(lib):
     d_model, warmup = 512, 400
-    opt, sched = nb.make_optimizer(nn.Linear(2, 2), d_model, factor=1.0, warmup=warmup)
+    opt, sched = lib.make_optimizer(nn.Linear(2, 2), d_model, factor=1.0, warmup=warmup)
     lrs = []
     for _ in range(3 * warmup):
         lrs.append(opt.param_groups[0]["lr"])
@@ -238,37 +240,37 @@ def test_schedule_peaks_at_warmup(nb):
 
 
 @pytest.mark.parametrize("preset, paper", [("base", 65e6), ("big", 213e6)])
-def test_parameter_counts_match_table_3(nb, preset, paper):
+def test_parameter_counts_match_table_3(lib, preset, paper):
     with torch.device("meta"):
-        model = nb.make_model(37000, 37000, preset, tie="all")
+        model = lib.make_model(37000, 37000, preset, tie="all")
     n = sum(p.numel() for p in model.parameters())
     assert abs(n - paper) / paper < 0.05, (
         f"{preset}: {n / 1e6:.1f}M vs {paper / 1e6:.0f}M"
     )
 
 
-def test_tied_weights_are_one_tensor(nb):
-    m = nb.make_model(50, 50, "tiny", tie="all")
+def test_tied_weights_are_one_tensor(lib):
+    m = lib.make_model(50, 50, "tiny", tie="all")
     w = m.generator.proj.weight
     assert w is m.src_embed[0].lut.weight is m.tgt_embed[0].lut.weight
-    untied = nb.make_model(50, 60, "tiny")
+    untied = lib.make_model(50, 60, "tiny", tie="none")
     assert untied.generator.proj.weight is not untied.tgt_embed[0].lut.weight
 
 
-def test_positional_encoding_offset_is_linear(nb):
-    pe = nb.sinusoidal_table(300, 32).double()
+def test_positional_encoding_offset_is_linear(lib):
+    pe = lib.sinusoidal_table(300, 32).double()
     for k in (1, 5, 40):
-        M = nb.offset_matrix(k, 32)
+        M = lib.offset_matrix(k, 32)
         torch.testing.assert_close(pe[:-k] @ M.T, pe[k:], atol=1e-6, rtol=0)
 
 
 # ---------------------------------------------------------------- training
 
 
-def test_batch_masks(nb):
+def test_batch_masks(lib):
     src = torch.tensor([[1, 5, 6, 0]])
     tgt = torch.tensor([[1, 7, 2, 0, 0]])
-    b = nb.Batch(src, tgt, pad=0)
+    b = lib.Batch(src, tgt, pad=0)
     assert b.tgt.tolist() == [[1, 7, 2, 0]] and b.tgt_y.tolist() == [[7, 2, 0, 0]]
     assert b.ntokens == 2
     assert b.src_mask.tolist() == [[[True, True, True, False]]]
@@ -276,19 +278,22 @@ def test_batch_masks(nb):
     assert torch.equal(b.tgt_mask[0], expected)
 
 
-def test_copy_task_copies_unseen_sequences(nb):
-    model, _ = nb.train_copy_task()
+def test_copy_task_copies_unseen_sequences(lib, copy_model):
+    model, losses = copy_model
+    assert losses[-1] < 0.01 * losses[0], "the copy task did not converge"
     gen = torch.Generator().manual_seed(98765)  # not the training seed
-    fresh = next(nb.copy_batches(11, 20, 1, generator=gen))
-    out = nb.greedy_decode(model, fresh.src, fresh.src_mask, max_len=10, start_symbol=1)
+    fresh = next(lib.copy_batches(11, 20, 1, generator=gen))
+    out = lib.greedy_decode(
+        model, fresh.src, fresh.src_mask, max_len=10, start_symbol=1
+    )
     assert torch.equal(out, fresh.src), f"{(out != fresh.src).any(1).sum()} of 20 wrong"
 
 
-def test_greedy_decode_stops_every_sentence_at_end_symbol(nb):
+def test_greedy_decode_stops_every_sentence_at_end_symbol(lib):
     torch.manual_seed(0)
-    model = nb.make_model(9, 9, "tiny", N=1, d_model=16, d_ff=32, h=2).eval()
+    model = lib.make_model(9, 9, "tiny", N=1, d_model=16, d_ff=32, h=2).eval()
     src = torch.randint(3, 9, (4, 6))
-    out = nb.greedy_decode(
+    out = lib.greedy_decode(
         model, src, (src != 0).unsqueeze(-2), 12, start_symbol=1, end_symbol=2
     )
     assert out[:, 0].eq(1).all() and out.size(1) <= 12
@@ -300,60 +305,60 @@ def test_greedy_decode_stops_every_sentence_at_end_symbol(nb):
 # ---------------------------------------------------------------- the decoding cache
 
 
-def stepper_model(nb, norm, attn_impl, tie="none"):
+def stepper_model(lib, norm, attn_impl, tie="none"):
     torch.manual_seed(0)
-    model = nb.make_model(
+    model = lib.make_model(
         13, 13, "tiny", N=2, d_model=32, d_ff=64, h=4, norm=norm, tie=tie
     )
     for m in model.modules():
-        if isinstance(m, nb.MultiHeadedAttention):
+        if isinstance(m, lib.MultiHeadedAttention):
             m.attn_impl = attn_impl
     return model.eval()
 
 
 @pytest.mark.parametrize("attn_impl", ["didactic", "sdpa"])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_decoder_stepper_matches_full_decode_at_every_step(nb, norm, attn_impl):
-    model = stepper_model(nb, norm, attn_impl)
+def test_decoder_stepper_matches_full_decode_at_every_step(lib, norm, attn_impl):
+    model = stepper_model(lib, norm, attn_impl)
     src = torch.randint(2, 13, (3, 7))
     src_mask = padding_mask([7, 4, 1], 7)  # padded sources: the cache must mask them
     ys = torch.randint(2, 13, (3, 9))
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        full = model.decode(memory, src_mask, ys, nb.subsequent_mask(9))  # (B, T, d)
-        step = nb.DecoderStepper(model, memory, src_mask)
+        full = model.decode(memory, src_mask, ys, lib.subsequent_mask(9))  # (B, T, d)
+        step = lib.CachedDecoderStepper(model, memory, src_mask)
         for t in range(1, 10):
             torch.testing.assert_close(step(ys[:, :t]), full[:, t - 1])
-    assert len(step.self_kv[0][0][0, 0]) == 9  # one cached key per position
+    assert step.cache[0][0].k.shape[2] == 9  # one cached key per position
 
 
-def test_decoder_stepper_reorder_follows_the_rows(nb):
-    model = stepper_model(nb, "pre", "sdpa")
+def test_decoder_stepper_reorder_follows_the_rows(lib):
+    model = stepper_model(lib, "pre", "sdpa")
     src = torch.randint(2, 13, (4, 6))
     src_mask = padding_mask([6, 5, 3, 2], 6)
     ys = torch.randint(2, 13, (4, 5))
     rows = torch.tensor([2, 2, 0, 3])  # duplicates and drops, as beam search does
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        step = nb.DecoderStepper(model, memory, src_mask)
+        step = lib.CachedDecoderStepper(model, memory, src_mask)
         for t in range(1, 4):
             step(ys[:, :t])
         step.reorder(rows)
         got = step(ys[rows, :4])
         want = model.decode(
-            memory[rows], src_mask[rows], ys[rows, :4], nb.subsequent_mask(4)
+            memory[rows], src_mask[rows], ys[rows, :4], lib.subsequent_mask(4)
         )[:, -1]
     torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_greedy_decode_same_with_and_without_cache(nb, norm):
-    model = stepper_model(nb, norm, "sdpa", tie="all")
+def test_greedy_decode_same_with_and_without_cache(lib, norm):
+    model = stepper_model(lib, norm, "sdpa", tie="all")
     src = torch.randint(3, 13, (6, 8))
     src[3:, 5:] = 0  # padding
     mask = (src != 0).unsqueeze(-2)
-    cached = nb.greedy_decode(model, src, mask, 20, 1, 2)
-    plain = nb.greedy_decode(model, src, mask, 20, 1, 2, use_cache=False)
+    cached = lib.greedy_decode(model, src, mask, 20, 1, 2, lib.CachedDecoderStepper)
+    plain = lib.greedy_decode(model, src, mask, 20, 1, 2, lib.DecoderStepper)
     assert torch.equal(cached, plain)
 
 
@@ -363,30 +368,30 @@ def test_greedy_decode_same_with_and_without_cache(nb, norm):
 @pytest.mark.parametrize(
     "call, word",
     [
-        (lambda nb: nb.make_model(10, 10, "tiny", d_model=30, h=4), "d_model"),
-        (lambda nb: nb.MultiHeadedAttention(3, 32), "h"),
-        (lambda nb: nb.make_model(10, 10, "huge"), "preset"),
-        (lambda nb: nb.make_model(10, 10, "tiny", dmodel=64), "dmodel"),
-        (lambda nb: nb.make_model(10, 10, "tiny", norm="middle"), "norm"),
-        (lambda nb: nb.make_model(10, 12, "tiny", tie="all"), "tie"),
-        (lambda nb: nb.make_model(10, 10, "tiny", P_drop=1.5), "P_drop"),
+        (lambda lib: lib.make_model(10, 10, "tiny", d_model=30, h=4), "d_model"),
+        (lambda lib: lib.MultiHeadedAttention(3, 32), "h"),
+        (lambda lib: lib.make_model(10, 10, "huge"), "size"),
+        (lambda lib: lib.make_model(10, 10, "tiny", dmodel=64), "dmodel"),
+        (lambda lib: lib.make_model(10, 10, "tiny", norm="middle"), "norm"),
+        (lambda lib: lib.make_model(10, 12, "tiny", tie="all"), "tie"),
+        (lambda lib: lib.make_model(10, 10, "tiny", P_drop=1.5), "P_drop"),
         (
-            lambda nb: nb.attention(
+            lambda lib: lib.attention(
                 *(torch.zeros(2, 4, 3) for _ in range(3)),
                 torch.ones(3, 4, 4, dtype=torch.bool),
             ),
             "mask",
         ),
-        (lambda nb: nb.choose_preset({"AT_PRESET": "tpu"}), "AT_PRESET"),
+        (lambda lib: lib.choose_preset({"AT_PRESET": "tpu"}), "AT_PRESET"),
     ],
 )
-def test_bad_settings_raise_value_error_naming_the_argument(nb, call, word):
+def test_bad_settings_raise_value_error_naming_the_argument(lib, call, word):
     with pytest.raises(ValueError, match=word):
-        call(nb)
+        call(lib)
 
 
-def test_model_forward_rejects_mask_that_does_not_broadcast(nb):
-    m = nb.make_model(10, 10, "tiny", N=1, d_model=16, d_ff=32, h=2)
+def test_model_forward_rejects_mask_that_does_not_broadcast(lib):
+    m = lib.make_model(10, 10, "tiny", N=1, d_model=16, d_ff=32, h=2)
     src = torch.randint(1, 10, (2, 5))
     with pytest.raises(ValueError, match="mask"):
         m.encode(src, torch.ones(2, 1, 4, dtype=torch.bool))
@@ -394,9 +399,8 @@ def test_model_forward_rejects_mask_that_does_not_broadcast(nb):
 
 def test_import_runs_no_demo_and_is_quick():
     code = textwrap.dedent(
-        f"""
-        import time, sys
-        sys.path.insert(0, {str(ROOT)!r})
+        """
+        import time
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -404,7 +408,7 @@ def test_import_runs_no_demo_and_is_quick():
         import nbexport
         m = nbexport.load()
         figures = len(plt.get_fignums())
-        print(f"{{time.perf_counter() - t:.2f}}", figures, hasattr(m, "copy_model"))
+        print(f"{time.perf_counter() - t:.2f}", figures, hasattr(m, "copy_model"))
         """
     )
     r = subprocess.run(
@@ -412,7 +416,8 @@ def test_import_runs_no_demo_and_is_quick():
         capture_output=True,
         text=True,
         timeout=120,
-        env={"AT_PRESET": "ci", "PATH": "/usr/bin:/bin"},
+        env={"AT_PRESET": "ci", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr
     seconds, figures, trained = r.stdout.split()

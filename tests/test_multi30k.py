@@ -7,10 +7,8 @@ repository; the download path is tested against a local HTTP server on 127.0.0.1
 import functools
 import http.server
 import json
-import os
 import pickle
 import socket
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -18,16 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from conftest import DATA, quiet
 
-import nbexport
-
-DATA = Path(
-    os.environ.get("MULTI30K_DIR") or ROOT / ".." / "shared" / "data" / "multi30k"
-).resolve()
-os.environ["MULTI30K_DIR"] = str(DATA)
-NOTEBOOK = Path(os.environ.get("AT_NOTEBOOK", nbexport.NOTEBOOK))
 FILES = [
     f"{s}.{lang}.gz"
     for s in ("train", "val", "test_2016_flickr")
@@ -45,22 +35,8 @@ TINY = {
     "epochs": 2,
     "warmup": 10,
     "max_len": 40,
+    "max_sent_len": 40,
 }
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return nbexport.load(NOTEBOOK)
-
-
-@pytest.fixture(scope="module")
-def cfg(lib):
-    return lib.multi30k_config("ci", **TINY)
-
-
-@pytest.fixture(scope="module")
-def data(lib, cfg):
-    return lib.prepare_multi30k(cfg)
 
 
 @pytest.fixture
@@ -209,22 +185,20 @@ def test_read_split_aligned(lib):
 
 
 def test_tokenizers(lib):
-    tok = lib.load_tokenizers()
-    assert lib.tokenize_all(tok["de"], ["Ein Mann, der  läuft."]) == [
+    assert lib.tokenize_all("de", ["Ein Mann, der  läuft."]) == [
         ["Ein", "Mann", ",", "der", "läuft", "."]
     ]
-    assert lib.tokenize_all(tok["en"], ["It isn't."]) == [["It", "is", "n't", "."]]
+    assert lib.tokenize_all("en", ["It isn't."]) == [["It", "is", "n't", "."]]
 
 
 def test_detokenize(lib):
     assert lib.detokenize(["A", "man", "'s", "hat", ",", "(", "red", ")", "."]) == (
         "A man's hat, (red)."
     )
-    tok = lib.load_tokenizers()["en"]
     _, refs = lib.read_split("val")
     same = sum(
         lib.detokenize(t) == s
-        for t, s in zip(lib.tokenize_all(tok, refs), refs, strict=True)
+        for t, s in zip(lib.tokenize_all("en", refs), refs, strict=True)
     )
     assert same / len(refs) > 0.9
 
@@ -236,13 +210,12 @@ def test_vocab_from_training_pairs_only(lib, cfg, data):
         "<blank>",
         "<unk>",
     ]
-    tok = lib.load_tokenizers()
     for lang, vocab in (("de", data.vocab_src), ("en", data.vocab_tgt)):
         texts = lib.read_split("train")[0 if lang == "de" else 1][: cfg.n_train]
-        counts = Counter(t for s in lib.tokenize_all(tok[lang], texts) for t in s)
+        counts = Counter(t for s in lib.tokenize_all(lang, texts) for t in s)
         frequent = {w for w, c in counts.items() if c >= cfg.min_freq}
         assert set(vocab.itos[len(lib.SPECIALS) :]) == frequent
-    val_tokens = lib.tokenize_all(tok["de"], lib.read_split("val")[0][: cfg.n_eval])
+    val_tokens = lib.tokenize_all("de", lib.read_split("val")[0][: cfg.n_eval])
     unseen = [t for s in val_tokens for t in s if t not in data.vocab_src.stoi]
     assert unseen, "a 200-pair vocabulary must miss some validation words"
     assert data.vocab_src.encode(unseen) == [lib.UNK] * len(unseen)
@@ -278,12 +251,15 @@ def test_bucket_batches(lib, data):
 
 def test_config_rejects_unknown_settings(lib):
     with pytest.raises(ValueError, match="epoch"):
-        lib.multi30k_config("ci", epoch=3)
+        lib.run_config("ci", epoch=3)
     with pytest.raises(ValueError, match="preset"):
-        lib.multi30k_config("tpu")
+        lib.run_config("tpu")
     with pytest.raises(ValueError):
-        lib.multi30k_config("ci", d_model=30, h=4)
-    assert {"ci", "cpu", "gpu"} <= set(lib.MULTI30K_PRESETS)
+        lib.run_config("ci", d_model=30, h=4)
+    assert {"ci", "cpu", "gpu"} <= set(lib.PRESETS)
+    for preset in lib.PRESETS.values():  # one run config per preset holds the model
+        assert isinstance(preset.model, lib.ModelConfig)
+    assert lib.run_config("ci", d_model=32, h=2).model.d_model == 32
 
 
 # --- training and checkpoints ------------------------------------------------------
@@ -296,7 +272,7 @@ def params(model):
 @pytest.fixture(scope="module")
 def trained(lib, cfg, data, tmp_path_factory):
     ckpt_dir = tmp_path_factory.mktemp("full")
-    model, history = lib.train_multi30k(cfg, data, ckpt_dir, log=lambda *a: None)
+    model, history = lib.train(cfg, data, ckpt_dir, "cpu", log=quiet)
     return ckpt_dir, model, history
 
 
@@ -306,49 +282,54 @@ def test_resume_gives_the_same_parameters(lib, cfg, data, trained, tmp_path):
     per_epoch = total // cfg.epochs
     k = per_epoch + per_epoch // 2  # in the middle of the second epoch
     assert 0 < k < total and k % per_epoch
-    lib.train_multi30k(cfg, data, tmp_path, max_steps=k, log=lambda *a: None)
+    lib.train(cfg, data, tmp_path, "cpu", max_steps=k, log=quiet)
     state = lib.load_checkpoint(tmp_path / "last.pt")
-    assert state["progress"]["step"] == k and not (tmp_path / "final.pt").exists()
-    resumed, resumed_history = lib.train_multi30k(
-        cfg, data, tmp_path, log=lambda *a: None
-    )
+    assert state["progress"]["step"] == k and len(state["history"]["val_loss"]) == 1
+    resumed, resumed_history = lib.train(cfg, data, tmp_path, "cpu", log=quiet)
     expected, got = params(model), params(resumed)
     assert expected.keys() == got.keys()
     for name in expected:
         assert torch.equal(expected[name], got[name]), name
     assert resumed_history["val_loss"] == history["val_loss"]
+    assert resumed_history["train_loss"] == history["train_loss"]
     torch.manual_seed(cfg.seed)
     untrained = params(
-        lib.multi30k_model(cfg, len(data.vocab_src), len(data.vocab_tgt))
+        lib.build_model(cfg.model, len(data.vocab_src), len(data.vocab_tgt))
     )
     assert any(not torch.equal(untrained[n], got[n]) for n in got), "nothing trained"
 
 
 def test_checkpoint_is_plain_data(lib, trained):
     ckpt_dir, model, history = trained
-    ckpt = torch.load(ckpt_dir / "final.pt", weights_only=True)
-    assert (
-        ckpt["progress"]["finished"]
-        and ckpt["progress"]["step"] == history["steps"][-1]
-    )
-    assert isinstance(ckpt["vocab_src"], list) and isinstance(ckpt["vocab_tgt"], list)
-    assert {"optimizer", "scheduler", "rng", "model_config", "train_config"} <= set(
+    ckpt = torch.load(ckpt_dir / "last.pt", weights_only=True)
+    assert ckpt["progress"]["epoch"] == len(history["val_loss"])
+    assert ckpt["progress"]["step"] == history["steps"][-1]
+    assert ckpt["vocab_src"]["kind"] == "words"
+    assert isinstance(ckpt["vocab_src"]["itos"], list)
+    assert {"optimizer", "scheduler", "rng", "config", "progress", "history"} <= set(
         ckpt
     )
     loaded, cfg, vs, vt = lib.model_from_checkpoint(ckpt)
-    assert cfg == lib.Multi30kConfig(**ckpt["train_config"])
-    assert vs.itos == ckpt["vocab_src"] and len(vt) == model.config.tgt_vocab
+    assert cfg == lib.RunConfig.from_dict(ckpt["config"])
+    assert vs.itos == ckpt["vocab_src"]["itos"]
+    assert len(vt) == model.generator.proj.out_features
     for name, tensor in params(model).items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
     assert len(history["train_loss"]) == len(history["val_loss"]) == cfg.epochs
     assert all(loss > 0 for loss in history["val_loss"])
+    # every epoch left a snapshot in the same format; the best one is recorded
+    for epoch in range(1, cfg.epochs + 1):
+        snap = lib.model_from_checkpoint(lib.snapshot_path(ckpt_dir, epoch))
+        assert snap[1] == cfg
+    assert history["best_epoch"] == lib.best_epoch(history)
+    assert history["val_loss"][history["best_epoch"] - 1] == min(history["val_loss"])
 
 
 def test_resume_refuses_another_config(lib, cfg, data, trained):
     ckpt_dir, _, _ = trained
-    other = lib.multi30k_config("ci", **{**TINY, "d_model": 48, "h": 2})
-    with pytest.raises(ValueError, match="different config"):
-        lib.train_multi30k(other, data, ckpt_dir, log=lambda *a: None)
+    other = lib.run_config("ci", **{**TINY, "d_model": 48, "h": 2})
+    with pytest.raises(ValueError, match="other settings"):
+        lib.train(other, data, ckpt_dir, "cpu", log=quiet)
 
 
 def test_save_is_atomic(lib, tmp_path):
@@ -360,18 +341,20 @@ def test_save_is_atomic(lib, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
 
-def test_load_or_train_prefers_a_finished_checkpoint(
+def test_a_finished_run_is_loaded_and_left_unchanged(
     lib, cfg, data, trained, monkeypatch
 ):
-    ckpt_dir, model, _ = trained
+    ckpt_dir, model, history = trained
+    before = (ckpt_dir / "last.pt").read_bytes()
 
     def no_training(*args, **kwargs):
-        raise AssertionError("trained although final.pt exists")
+        raise AssertionError("trained although the run is finished")
 
-    monkeypatch.setattr(lib, "train_multi30k", no_training)
+    monkeypatch.setattr(lib, "run_epoch", no_training)
     messages = []
-    loaded, history = lib.load_or_train(cfg, data, ckpt_dir, log=messages.append)
-    assert "loaded" in messages[0] and history["steps"]
+    loaded, again = lib.train(cfg, data, ckpt_dir, "cpu", log=messages.append)
+    assert "finished" in messages[0] and again == history
+    assert (ckpt_dir / "last.pt").read_bytes() == before, "a rerun changed last.pt"
     x = torch.tensor([[lib.BOS, 5, 6, lib.EOS]])
     model.eval()
     with torch.no_grad():
@@ -398,11 +381,11 @@ def test_batched_decoding_matches_one_by_one(lib, data, trained):
 
 def test_evaluate_scores_against_raw_references(lib, cfg, data, trained, monkeypatch):
     _, model, _ = trained
-    scores = lib.evaluate_multi30k(model, data, cfg)
-    assert "tok:13a" in scores["signature"]
     for split in ("val", "test_2016_flickr"):
-        assert len(scores[split]["hyps"]) == cfg.n_eval
-        assert 0 <= scores[split]["bleu"] < 100
+        scores = lib.bleu(model, data, split)
+        assert "tok:13a" in scores["signature"]
+        assert len(scores["hyps"]) == cfg.n_eval
+        assert 0 <= scores["bleu"] < 100 and scores["ratio"] > 0
     # a "model" whose output is the reference scores 100: references are the raw text
     lookup = {
         de: en
@@ -410,10 +393,10 @@ def test_evaluate_scores_against_raw_references(lib, cfg, data, trained, monkeyp
         for de, en in zip(des, ens, strict=True)
     }
     monkeypatch.setattr(
-        lib, "translate_corpus", lambda m, src, *a: [lookup[t] for t in src]
+        lib, "translate_texts", lambda m, src, *a: [lookup[t] for t in src]
     )
-    perfect = lib.evaluate_multi30k(model, data, cfg)
-    assert perfect["val"]["bleu"] == pytest.approx(100)
+    perfect = lib.bleu(model, data, "val")
+    assert perfect["bleu"] == pytest.approx(100)
 
 
 @pytest.fixture(scope="module")
@@ -452,37 +435,43 @@ def test_translate_unseen_words(lib, translate):
 # --- the command-line trainer ------------------------------------------------------
 
 
-def test_train_cli_writes_results(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
-    import train
-
+def test_train_cli_writes_results(lib, tmp_path):
     out = tmp_path / "results.json"
     args = [
-        "--preset",
-        "ci",
-        "--notebook",
-        str(NOTEBOOK),
-        "--ckpt-dir",
-        str(tmp_path),
-        "--out",
-        str(out),
-        "--set",
-        "n_train=48",
-        "--set",
-        "n_eval=8",
-        "--set",
-        "epochs=1",
-        "--set",
-        "d_model=32",
-        "--set",
-        "h=2",
-    ]
-    assert train.main(args) == 0
+        "--preset", "ci", "--ckpt-dir", str(tmp_path), "--out", str(out),
+        "--set", "n_train=48", "--set", "n_eval=8", "--set", "epochs=1",
+        "--set", "d_model=32", "--set", "h=2",
+    ]  # fmt: skip
+    assert lib.train_cli(args) == 0
     results = json.loads(out.read_text())
     assert results["preset"] == "ci" and results["config"]["n_train"] == 48
     assert results["steps"] > 0 and results["train_time_s"] > 0
-    assert results["tokens_per_s"] > 0 and 0 <= results["bleu_test_2016_flickr"] <= 100
+    assert results["tokens_per_s_per_process"] > 0 and results["best_epoch"] == 1
+    assert 0 <= results["bleu_test_2016_flickr"] <= 100
     assert "tok:13a" in results["sacrebleu_signature"]
-    assert (tmp_path / "final.pt").exists()
+    assert (tmp_path / "last.pt").exists() and (tmp_path / "epoch001.pt").exists()
     with pytest.raises(SystemExit):
-        train.main(args[:-2] + ["--set", "nonsense"])
+        lib.train_cli(args[:-2] + ["--set", "nonsense"])
+
+
+def test_same_preset_and_seed_reproduce_the_run(lib, tmp_path):
+    """Two fresh runs of the ci preset (fewer epochs, to save time): the same loss
+    curves, the same best epoch, the same BLEU. Budgets are steps and epochs, never
+    seconds, so a busy machine changes the time a run takes, not its numbers."""
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / f"{name}.json"
+        args = ["--preset", "ci", "--ckpt-dir", str(tmp_path / name), "--out", str(out)]
+        assert lib.train_cli([*args, "--set", "epochs=3"]) == 0
+        runs.append(json.loads(out.read_text()))
+    first, second = runs
+    timing = {"train_time_s", "tokens_per_s_per_process"}
+    assert first["steps"] > 0 and len(first["val_loss"]) == 3
+    assert {k: v for k, v in first.items() if k not in timing} == {
+        k: v for k, v in second.items() if k not in timing
+    }
+    assert first["bleu_test_2016_flickr"] == second["bleu_test_2016_flickr"]
+    h1 = lib.load_checkpoint(tmp_path / "first" / "last.pt")["history"]
+    h2 = lib.load_checkpoint(tmp_path / "second" / "last.pt")["history"]
+    for key in ("train_loss", "val_loss", "steps", "tokens", "best_epoch"):
+        assert h1[key] == h2[key], key

@@ -15,7 +15,6 @@ and the Python `playwright` package at the version pinned in requirements.txt.
 from __future__ import annotations
 
 import base64
-import importlib
 import io
 import os
 import re
@@ -27,9 +26,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tools import render_page
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-render_page = importlib.import_module("render_page")
 
 NOTEBOOK = ROOT / "annotated_transformer.ipynb"
 PAGE = ROOT / "docs" / "index.html"

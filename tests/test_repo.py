@@ -68,7 +68,23 @@ def test_exported_module_is_importable_by_other_processes(tmp_path):
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str(nbexport.load().MODEL_PRESETS["tiny"]["d_model"])
+    assert r.stdout.strip() == str(nbexport.load().MODEL_SIZES["tiny"]["d_model"])
+
+
+def test_the_library_holds_no_repository_glue():
+    """The exported module knows nothing of this repository's layout: no tools/
+    paths, no nbexport, no search for the repository root, no sys.path edits."""
+    source = nbexport.module_source()
+    source = source[source.index("# --- library cell") :]  # after the generated header
+    for glue in ("tools/", "nbexport", "repo_root", "sys.path", "__file__"):
+        assert glue not in source, f"library code mentions {glue!r}"
+
+
+def test_tools_and_tests_edit_no_sys_path():
+    for path in [*ROOT.glob("tools/*.py"), *ROOT.glob("tests/*.py")]:
+        if path.name == "test_repo.py":
+            continue
+        assert "sys.path.insert" not in path.read_text(), path
 
 
 def test_readme_results_are_those_of_the_committed_notebook():

@@ -1,0 +1,107 @@
+"""Wall time of a command, idle and with a core kept busy by another program.
+
+    python -m tools.load_check -- make test
+    python -m tools.load_check --rounds 2 -- python -m tools.bench --preset ci
+    python -m tools.load_check --busy 1 --only loaded -- make run PRESET=cpu
+
+The load is the one a user meets when something else runs beside the notebook: a
+separate program, in its own session (as if started from another terminal), spinning at
+the lowest priority, `nice -n 19 python3 -c "while True: pass"`, one per `--busy` core.
+The command runs idle first, then loaded (rounds alternate when `--rounds` > 1), and the
+script prints each wall time and the ratio loaded / idle. It is a measurement for a
+person to read, not a test: nothing here passes or fails, and the numbers depend on the
+machine. The command must leave the working tree as it found it for the rounds to be
+comparable (`make test` does; a training run should use `--fresh` or a new folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+SPIN = "while True: pass"
+
+
+def start_load(busy):
+    """`busy` spinning processes at nice 19, each in a session of its own."""
+    return [
+        subprocess.Popen(
+            ["nice", "-n", "19", sys.executable, "-c", SPIN],
+            start_new_session=True,  # own session and scheduler group, like a terminal
+        )
+        for _ in range(busy)
+    ]
+
+
+def stop_load(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def timed(command, quiet):
+    """Wall seconds and exit status of one run of `command`."""
+    out = subprocess.DEVNULL if quiet else None
+    start = time.perf_counter()
+    rc = subprocess.call(command, stdout=out, stderr=out)
+    return time.perf_counter() - start, rc
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--busy", type=int, default=1, help="cores to keep busy")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per condition")
+    parser.add_argument(
+        "--only", choices=["idle", "loaded"], help="measure one condition only"
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="hide the command's own output"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to time after --, e.g. -- make test")
+    if args.busy < 1 or args.rounds < 1:
+        parser.error("--busy and --rounds must be at least 1")
+    cores = len(os.sched_getaffinity(0))
+    conditions = [args.only] if args.only else ["idle", "loaded"]
+    times = {c: [] for c in conditions}
+    for r in range(args.rounds):
+        for condition in conditions:
+            load = start_load(args.busy) if condition == "loaded" else []
+            try:
+                seconds, rc = timed(command, args.quiet)
+            finally:
+                stop_load(load)
+            times[condition].append(seconds)
+            print(
+                f"[load_check] round {r + 1} {condition:>6}: {seconds:8.1f} s"
+                f" (exit {rc})",
+                file=sys.stderr,
+                flush=True,
+            )
+            if rc != 0:
+                print(f"[load_check] the command failed (exit {rc})", file=sys.stderr)
+                return rc
+    print(f"command: {' '.join(command)}")
+    print(f"cores: {cores}, busy while loaded: {args.busy} (nice 19, own session)")
+    for condition, ts in times.items():
+        runs = ", ".join(f"{t:.1f}" for t in ts)
+        print(f"{condition:>6}: median {statistics.median(ts):8.1f} s  (runs: {runs})")
+    if len(times) == 2:
+        ratio = statistics.median(times["loaded"]) / statistics.median(times["idle"])
+        print(f"loaded / idle: {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
