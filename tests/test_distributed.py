@@ -182,8 +182,9 @@ def test_ddp_checkpoint_is_the_notebook_format(lib, ddp_runs, tmp_path):
 def test_a_full_ddp_run_logs_once_and_finishes(lib, tmp_path):
     rc, log, _ = launch(lib, cli_args(tmp_path, "--set", "epochs=2"))
     assert rc == 0, log[-3000:]
-    assert len(re.findall(r"^epoch 1: train loss", log, flags=re.M)) == 1, "rank 0 only"
-    assert len(re.findall(r"^epoch 2: train loss", log, flags=re.M)) == 1
+    # stdout and the progress bars' stderr share the log: a line may follow a "\r"
+    assert log.count("epoch 1: train loss") == 1, "rank 0 only"
+    assert log.count("epoch 2: train loss") == 1
     assert "tokens_per_s_per_process" in log
     assert (tmp_path / "epoch002.pt").exists() and (tmp_path / "results.json").exists()
 
