@@ -12,6 +12,10 @@ SHARED_DATA := $(abspath ../shared/data/multi30k)
 ifneq ($(wildcard $(SHARED_DATA)/train.de.gz),)
 export MULTI30K_DIR ?= $(SHARED_DATA)
 endif
+# Idle OpenMP threads sleep instead of spinning, so that a core used by another program
+# costs its share and no more (Setup in the notebook explains; pytest imports torch
+# before the notebook's own cell could set it).
+export OMP_WAIT_POLICY ?= PASSIVE
 PRESET ?=
 ifneq ($(PRESET),)
 export AT_PRESET := $(PRESET)
