@@ -2,6 +2,7 @@
 ranks, on any machine, GPUs or not) compared with one process that steps on the same
 global batches."""
 
+import json
 import re
 import time
 
@@ -187,6 +188,10 @@ def test_a_full_ddp_run_logs_once_and_finishes(lib, tmp_path):
     assert log.count("epoch 2: train loss") == 1
     assert "tokens_per_s_per_process" in log
     assert (tmp_path / "epoch002.pt").exists() and (tmp_path / "results.json").exists()
+    # each worker gets its share of the cores, and idle threads sleep (Setup's rule)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["torch_threads"] == lib.torch_threads(results["preset"], 2)
+    assert results["omp_wait_policy"] == "PASSIVE"
 
 
 @pytest.mark.parametrize("mode", ["raise", "exit"])

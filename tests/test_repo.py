@@ -1,5 +1,6 @@
 """The notebook pair, the generated module and the committed outputs stay consistent."""
 
+import os
 import subprocess
 import sys
 
@@ -95,3 +96,24 @@ def test_readme_results_are_those_of_the_committed_notebook():
         timeout=60,
     )
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_wait_policy_is_set_before_any_cell_imports_torch():
+    """Setup's OMP_WAIT_POLICY only works if it runs before torch loads (in Jupyter, in
+    the generated module for tools and DDP workers)."""
+    code = [c.source for c in jupytext.read(MD).cells if c.cell_type == "code"]
+    sets = next(i for i, s in enumerate(code) if "OMP_WAIT_POLICY" in s)
+    first_torch = next(
+        i for i, s in enumerate(code) if "import torch" in s or "from torch" in s
+    )
+    assert sets < first_torch
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    probe = (
+        "import nbexport, os, sys; nbexport.load(); "
+        "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.split() == ["PASSIVE", "True"]
