@@ -5,8 +5,9 @@
     python -m tools.train --preset cpu --set vocab='bpe' --set tie='all'
     torchrun --standalone --nproc_per_node=2 -m tools.train --task copy --device cpu
 
-The code is the notebook's `train_cli` (Part 5), imported from the module that
-nbexport.py generates, so this trains exactly what the notebook trains.
+The code is the notebook's `train_cli` (Part 5, called through `cli_main`), imported
+from the module that nbexport.py generates, so this trains exactly what the notebook
+trains.
 """
 
 import sys
@@ -14,4 +15,4 @@ import sys
 import nbexport
 
 if __name__ == "__main__":
-    sys.exit(nbexport.load().train_cli())
+    sys.exit(nbexport.load().cli_main())
