@@ -25,6 +25,7 @@ endif
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
+	@echo "make page   - render docs/index.html from $(NB).ipynb (nbconvert + KaTeX, --strict)"
 	@echo "make test   - pytest + nbval (ci preset) + sync check + ruff"
 	@echo "make sync   - update $(NB).ipynb's cells from $(NB).md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
@@ -50,7 +51,7 @@ execute: sync export
 		--ExecutePreprocessor.timeout=-1 --ExecutePreprocessor.kernel_name=python3 $(NB).ipynb
 
 page: setup
-	$(PY) tools/render_page.py --notebook $(NB).ipynb --out docs/index.html
+	$(PY) -m tools.render_page --strict --notebook $(NB).ipynb --out docs/index.html
 
 readme: setup
 	$(PY) tools/readme_results.py --notebook $(NB).ipynb
