@@ -1,12 +1,13 @@
 """The blog page: render an executed notebook and check it in headless Chromium.
 
-Each page is rendered into a temporary folder by tools/render_page.py and opened from
-file:// in Debian's Chromium (driven by Playwright, which never downloads a browser
-here). A page passes when every formula is typeset (no KaTeX error, one rendered
-formula per math span of the notebook), every <img> has loaded, no request leaves
-file:// (data: URIs are fine), every heading of the notebook is in the page's text and
-the table of contents links to it. A screenshot of each page is saved under
-build/screenshots/ and its path printed.
+Each page is rendered into a temporary folder by tools/render_page.py (nbconvert with
+the template tools/page/templates/atpage) and opened from file:// in Debian's Chromium
+(driven by Playwright, which never downloads a browser here). A page passes when every
+formula is typeset (no KaTeX error, one rendered formula per math span of the
+notebook), every <img> has loaded, no request leaves file:// (data: URIs are fine), no
+script fails, every heading of the notebook is in the page's text and the table of
+contents links to it, and no two stream blocks of a cell stand apart. A screenshot of
+each page is saved under build/screenshots/ and its path printed.
 
 Setup, done here when missing: Chromium via `apt-get install -y chromium` (needs root),
 and the Python `playwright` package at the version pinned in requirements.txt.
@@ -63,6 +64,9 @@ INSPECT_JS = r"""
     if (texLeft.test(n.textContent)) stray.push(n.textContent.trim().slice(0, 80));
   }
   const anchors = [...document.querySelectorAll('nav.toc a')].map(a => a.hash.slice(1));
+  // Per code cell, the text of each of its stream blocks.
+  const streams = [...document.querySelectorAll('.outputs')].map(o =>
+    [...o.querySelectorAll('.output.stream')].map(s => s.textContent));
   return {
     title: document.title,
     text: document.body.innerText,
@@ -73,6 +77,9 @@ INSPECT_JS = r"""
     tocTargetsMissing: anchors.filter(id => !document.getElementById(id)),
     tocCount: anchors.length,
     stray,
+    streams,
+    streamsApart: document.querySelectorAll('.output.stream + .output.stream').length,
+    scriptView: document.getElementById('attn-demo')?.textContent ?? null,
     katexFontsLoaded: [...document.fonts].filter(
       f => f.family.startsWith('KaTeX') && f.status === 'loaded').length,
   };
@@ -159,10 +166,44 @@ def _png_figure() -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+# An HTML output as the interactive attention view will be: markup, inline JSON data and
+# inline vanilla JavaScript that builds the view; nothing loaded from elsewhere.
+SCRIPT_VIEW = """<div class="attn-view" id="attn-demo">the script has not run</div>
+<script type="application/json" id="attn-demo-data">
+{"tokens": ["the", "cat"], "weights": [[0.9, 0.1], [0.3, 0.7]]}
+</script>
+<script>
+(function () {
+  const data = JSON.parse(document.getElementById("attn-demo-data").textContent);
+  const view = document.getElementById("attn-demo");
+  view.textContent = `script ran: ${data.tokens.join(" ")} / ${data.weights[1][1]}`;
+})();
+</script>"""
+
+# What a training loop prints: tqdm bars on stderr (refreshed with '\r', cleared at the
+# end of each epoch), epoch lines on stdout, each write its own output.
+TRAINING_LOG = [
+    ("stderr", "\rdownload   0%"),
+    ("stderr", "\rdownload  50%"),
+    ("stderr", "\rdownload 100%\n"),
+    *[
+        item
+        for epoch in (1, 2)
+        for item in [
+            ("stderr", f"\repoch {epoch}/2:   0%|          | 0/4"),
+            ("stderr", f"\repoch {epoch}/2:  50%|#####     | 2/4"),
+            ("stderr", "\r                               \r"),
+            ("stdout", f"epoch {epoch}: train loss {3 - epoch}.000\n"),
+        ]
+    ],
+]
+
+
 def synthetic_notebook(
     folder: Path, formula: str = r"\frac{QK^\top}{\sqrt{d_k}}"
 ) -> Path:
-    """A small executed notebook: headings, every math form, a PNG output, an image."""
+    """A small executed notebook: headings, every math form the notebook uses, a PNG
+    output, an image, a training log of interleaved streams, a scripted HTML output."""
     from nbformat.v4 import (
         new_code_cell,
         new_markdown_cell,
@@ -182,7 +223,8 @@ def synthetic_notebook(
             f"Attention scales by ${formula}$ and reads\n"
             "$$\n\\mathrm{Attention}(Q, K, V) = \\mathrm{softmax}\\left("
             "\\frac{QK^T}{\\sqrt{d_k}}\\right)V\n$$\n"
-            "Also \\(a^2 + b^2\\) and\n\\[ \\sum_{i=1}^n i = \\frac{n(n+1)}{2} \\]\n\n"
+            "Also $a_*^2 + b_*^2$ and, markdown's * and _ left alone,\n\n"
+            "$$ \\sum_{i=1}^n i_* = \\frac{n(n+1)}{2} \\quad\\text{*not bold*} $$\n\n"
             "`$not math$` in code stays code, and so does \\$5.\n\n"
             "![local image](images/dot.png)"
         ),
@@ -202,7 +244,34 @@ def synthetic_notebook(
             ],
         ),
         new_markdown_cell("## Part 2: Training\n\nA loss $L = -\\sum_t \\log p_t$."),
-        new_code_cell("print('ok')", execution_count=2, outputs=[]),
+        new_code_cell(
+            "train()",
+            execution_count=2,
+            outputs=[new_output("stream", name=n, text=t) for n, t in TRAINING_LOG],
+        ),
+        new_code_cell(
+            "attention_view()",
+            execution_count=3,
+            outputs=[
+                new_output(
+                    "display_data",
+                    data={"text/html": SCRIPT_VIEW, "text/plain": "<AttentionView>"},
+                )
+            ],
+        ),
+        new_code_cell(
+            "# hidden code",
+            execution_count=4,
+            metadata={"tags": ["hide-input"]},
+            outputs=[new_output("stream", name="stdout", text="folded input\n")],
+        ),
+        new_code_cell(
+            "# removed code",
+            execution_count=5,
+            metadata={"tags": ["remove-input"]},
+            outputs=[new_output("stream", name="stdout", text="output only\n")],
+        ),
+        new_code_cell("print('ok')", execution_count=6, outputs=[]),
     ]
     path = folder / "synthetic.ipynb"
     nbformat.write(nb, path)
@@ -214,6 +283,8 @@ def inspect_page(browser, page_path: Path, shot_name: str) -> dict:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
+    script_errors: list[str] = []
+    page.on("pageerror", lambda e: script_errors.append(str(e)))
     page.goto(page_path.resolve().as_uri(), wait_until="load")
     page.evaluate("document.fonts.ready.then(() => true)")
     info = page.evaluate(INSPECT_JS)
@@ -229,34 +300,37 @@ def inspect_page(browser, page_path: Path, shot_name: str) -> dict:
     )
     page.close()
     info["requests"] = requests
+    info["scriptErrors"] = script_errors
     info["screenshots"] = [shot, full]
     return info
 
 
-def check_page(info: dict, draft: render_page.Draft) -> None:
+def check_page(info: dict, rendered: render_page.Page) -> None:
     """Assert everything the page must satisfy; each message says what went wrong."""
     assert not info["katexErrors"], f"math KaTeX rejected: {info['katexErrors']}"
     assert info["mathjaxErrors"] == 0, "MathJax errors on the page"
-    assert info["katex"] == len(draft.math), (
+    assert info["katex"] == len(rendered.math), (
         f"math: {info['katex']} typeset formulas on the page, "
-        f"{len(draft.math)} math spans in the notebook"
+        f"{len(rendered.math)} math spans in the notebook"
     )
     assert not info["stray"], f"math delimiters left untypeset: {info['stray']}"
-    if draft.math:
+    if rendered.math:
         assert info["katexFontsLoaded"] > 0, "no KaTeX font loaded"
     broken = [i["src"] for i in info["images"] if not i["ok"]]
     assert not broken, f"images not loaded: {broken}"
     remote = [u for u in info["requests"] if not u.startswith(("file://", "data:"))]
     assert not remote, f"requests left file://: {remote}"
+    assert not info["scriptErrors"], f"scripts failed: {info['scriptErrors']}"
+    assert info["streamsApart"] == 0, "a cell's stream outputs are in separate blocks"
     text = " ".join(info["text"].split())
-    for h in draft.headings:
+    for h in rendered.headings:
         for fragment in h.fragments:
             assert fragment in text, f"heading {h.text!r} not in the page text"
     assert not info["tocTargetsMissing"], f"TOC links to {info['tocTargetsMissing']}"
-    assert info["tocCount"] == sum(h.level in (2, 3) for h in draft.headings)
+    assert info["tocCount"] == sum(h.level in (2, 3) for h in rendered.headings)
 
 
-def _render(notebook: Path, out: Path) -> render_page.Draft:
+def _render(notebook: Path, out: Path) -> render_page.Page:
     return render_page.render_file(notebook, out)
 
 
@@ -271,29 +345,67 @@ def _announce(capsys, info: dict) -> None:
 def test_synthetic_page(tmp_path, browser, capsys):
     nb_path = synthetic_notebook(tmp_path)
     out = tmp_path / "page" / "index.html"
-    draft = _render(nb_path, out)
-    assert draft.title == "A Synthetic Transformer"
-    assert len(draft.math) == 8, [m.tex for m in draft.math]
-    assert [h.text for h in draft.headings if h.text.startswith("Part")] == [
+    rendered = _render(nb_path, out)
+    assert rendered.title == "A Synthetic Transformer"
+    assert len(rendered.math) == 8, [m.tex for m in rendered.math]
+    assert [h.text for h in rendered.headings if h.text.startswith("Part")] == [
         "Part 1: Model Architecture",
         "Part 2: Training",
     ]
     info = inspect_page(browser, out, "synthetic")
     _announce(capsys, info)
-    check_page(info, draft)
+    check_page(info, rendered)
     assert info["title"] == "A Synthetic Transformer"
     assert len(info["images"]) == 2
     assert "$not math$" in info["text"]
+    html = out.read_text(encoding="utf-8")
+    assert r"i_* = \frac{n(n+1)}{2} \quad\text{*not bold*}</annotation>" in html
+    assert "<em>" not in html  # markdown left the TeX's * and _ alone
+    assert "<script src" not in html and "mathjax" not in html.lower()
+    # remove-input: the output without its code; hide-input: the code folded away.
+    assert "output only" in info["text"] and "# removed code" not in html
+    assert "<details><summary>Show code</summary>" in html
+    assert "# hidden code" not in info["text"]  # innerText skips closed <details>
+
+
+def test_stream_outputs_are_one_block(tmp_path, browser, capsys):
+    """A training log (stderr progress bars between stdout epoch lines, one output per
+    write) is one block showing each line's final state, as in a terminal."""
+    out = tmp_path / "index.html"
+    rendered = _render(synthetic_notebook(tmp_path), out)
+    info = inspect_page(browser, out, "synthetic-streams")
+    _announce(capsys, info)
+    check_page(info, rendered)
+    log = [blocks for blocks in info["streams"] if any("epoch" in b for b in blocks)]
+    assert len(log) == 1 and len(log[0]) == 1, f"not one block: {log}"
+    assert log[0][0].split("\n") == [
+        "download 100%",
+        "epoch 1: train loss 2.000",
+        "epoch 2: train loss 1.000",
+        "",
+    ], log[0][0]
+
+
+def test_html_output_scripts_run(tmp_path, browser, capsys):
+    """An HTML output's inline script and JSON data reach the page unsanitised, pass
+    --strict (only remote scripts are refused), and run in the browser."""
+    nb_path = synthetic_notebook(tmp_path)
+    out = tmp_path / "index.html"
+    rendered = render_page.render_file(nb_path, out, strict=True)
+    info = inspect_page(browser, out, "synthetic-script")
+    _announce(capsys, info)
+    check_page(info, rendered)
+    assert info["scriptView"] == "script ran: the cat / 0.7", info["scriptView"]
 
 
 def test_broken_formula_is_caught(tmp_path, browser, capsys):
     nb_path = synthetic_notebook(tmp_path, formula=r"\frac{QK^\top}{\sqrt{d_k}")
     out = tmp_path / "index.html"
-    draft = _render(nb_path, out)
+    rendered = _render(nb_path, out)
     info = inspect_page(browser, out, "synthetic-broken-math")
     _announce(capsys, info)
     with pytest.raises(AssertionError, match="math KaTeX rejected"):
-        check_page(info, draft)
+        check_page(info, rendered)
     with pytest.raises(render_page.PageError, match="strict"):
         render_page.render_file(nb_path, tmp_path / "strict.html", strict=True)
 
@@ -301,7 +413,7 @@ def test_broken_formula_is_caught(tmp_path, browser, capsys):
 def test_network_request_and_broken_image_are_caught(tmp_path, browser, capsys):
     nb_path = synthetic_notebook(tmp_path)
     out = tmp_path / "index.html"
-    draft = _render(nb_path, out)
+    rendered = _render(nb_path, out)
     # Smuggle in what the renderer refuses to write, to see the browser checks fire.
     html = out.read_text(encoding="utf-8").replace(
         "</main>", '<img src="http://127.0.0.1:9/x.png" alt="remote"></main>'
@@ -311,16 +423,16 @@ def test_network_request_and_broken_image_are_caught(tmp_path, browser, capsys):
     _announce(capsys, info)
     assert any(u.startswith("http://127.0.0.1:9/") for u in info["requests"])
     with pytest.raises(AssertionError, match="images not loaded"):
-        check_page(info, draft)
+        check_page(info, rendered)
     info["images"] = [i for i in info["images"] if i["ok"]]
     with pytest.raises(AssertionError, match="requests left file://"):
-        check_page(info, draft)
+        check_page(info, rendered)
 
 
 def test_untypeset_math_is_caught(tmp_path, browser, capsys):
     nb_path = synthetic_notebook(tmp_path)
     out = tmp_path / "index.html"
-    draft = _render(nb_path, out)
+    rendered = _render(nb_path, out)
     html = out.read_text(encoding="utf-8").replace(
         "</main>", r"<p>left over: \(\alpha + \beta\)</p></main>"
     )
@@ -328,16 +440,49 @@ def test_untypeset_math_is_caught(tmp_path, browser, capsys):
     info = inspect_page(browser, out, "synthetic-stray-math")
     _announce(capsys, info)
     with pytest.raises(AssertionError, match="left untypeset"):
-        check_page(info, draft)
+        check_page(info, rendered)
+
+
+def _one_cell_notebook(path: Path, cell) -> Path:
+    from nbformat.v4 import new_notebook
+
+    nbformat.write(new_notebook(cells=[cell]), path)
+    return path
 
 
 def test_renderer_refuses_remote_and_unexecuted(tmp_path):
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    nb = new_notebook(cells=[new_markdown_cell("![x](https://example.org/x.png)")])
-    nbformat.write(nb, tmp_path / "remote.ipynb")
-    with pytest.raises(render_page.PageError, match="offline"):
-        _render(tmp_path / "remote.ipynb", tmp_path / "remote.html")
+    for name, cell in [
+        ("remote", new_markdown_cell("![x](https://example.org/x.png)")),
+        ("remote-css", new_markdown_cell("<p style='background:url(//x.org/a)'>")),
+        (
+            "remote-script",
+            new_code_cell(
+                "view()",
+                execution_count=1,
+                outputs=[
+                    new_output(
+                        "display_data",
+                        data={
+                            "text/html": '<script src="https://x.org/v.js"></script>'
+                        },
+                    )
+                ],
+            ),
+        ),
+    ]:
+        nb_path = _one_cell_notebook(tmp_path / f"{name}.ipynb", cell)
+        with pytest.raises(render_page.PageError, match="offline"):
+            _render(nb_path, tmp_path / f"{name}.html")
+    # A plain link to a paper is no resource: fine, even in strict mode.
+    link = new_markdown_cell("[the paper](https://arxiv.org/abs/1706.03762)")
+    nb_path = _one_cell_notebook(tmp_path / "link.ipynb", link)
+    render_page.render_file(nb_path, tmp_path / "link" / "index.html", strict=True)
+    missing = new_markdown_cell("![x](images/missing.png)")
+    nb_path = _one_cell_notebook(tmp_path / "missing-image.ipynb", missing)
+    with pytest.raises(render_page.PageError, match="cannot be embedded"):
+        _render(nb_path, tmp_path / "missing-image.html")
     nb = new_notebook(cells=[new_code_cell("1 + 1")])
     nbformat.write(nb, tmp_path / "fresh.ipynb")
     with pytest.raises(render_page.PageError, match="not been executed"):
@@ -347,18 +492,51 @@ def test_renderer_refuses_remote_and_unexecuted(tmp_path):
     assert not list(tmp_path.glob("*.html"))
 
 
+def test_strict_refuses_error_outputs_and_untypeset_math(tmp_path):
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
+
+    error = new_output("error", ename="ValueError", evalue="bad", traceback=["bad"])
+    for name, cell, what in [
+        ("error", new_code_cell("f()", execution_count=1, outputs=[error]), "error"),
+        ("stray", new_markdown_cell("an unclosed $$x + y"), "untypeset"),
+    ]:
+        nb_path = _one_cell_notebook(tmp_path / f"{name}.ipynb", cell)
+        _render(nb_path, tmp_path / f"{name}.html")  # a warning without --strict
+        with pytest.raises(render_page.PageError, match=f"strict.*{what}"):
+            render_page.render_file(nb_path, tmp_path / "strict.html", strict=True)
+    assert not (tmp_path / "strict.html").exists()
+
+
+def test_command_line(tmp_path):
+    """`python tools/render_page.py` (as `make page` ran it) and `python -m`, --check,
+    and --strict's exit status."""
+    nb_path = synthetic_notebook(tmp_path)
+    out = tmp_path / "index.html"
+    run = lambda *args, cwd=tmp_path: subprocess.run(
+        [sys.executable, *args, "--notebook", str(nb_path), "--out", str(out)],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    done = run(str(ROOT / "tools" / "render_page.py"), "--strict")
+    assert done.returncode == 0, done.stderr
+    assert "8 formulas" in done.stdout
+    assert run("-m", "tools.render_page", "--check", cwd=ROOT).returncode == 0
+    out.write_text(out.read_text(encoding="utf-8") + " ", encoding="utf-8")
+    stale = run(str(ROOT / "tools" / "render_page.py"), "--check")
+    assert stale.returncode == 1 and "is stale" in stale.stderr
+
+
 def test_notebook_page(tmp_path, browser, capsys):
     out = tmp_path / "index.html"
-    draft = _render(NOTEBOOK, out)
+    rendered = _render(NOTEBOOK, out)
     parts = [
-        h.text for h in draft.headings if h.level == 2 and h.text.startswith("Part")
+        h.text for h in rendered.headings if h.level == 2 and h.text.startswith("Part")
     ]
     assert parts, "the notebook has no '## Part ...' heading"
     info = inspect_page(browser, out, "annotated_transformer")
     _announce(capsys, info)
-    check_page(info, draft)
+    check_page(info, rendered)
     assert PAGE.is_file(), f"{PAGE.relative_to(ROOT)} is missing: run `make run`"
     assert PAGE.read_bytes() == out.read_bytes(), (
         f"{PAGE.relative_to(ROOT)} is not the render of {NOTEBOOK.name}: "
-        "run `python tools/render_page.py`"
+        "run `make page`"
     )
