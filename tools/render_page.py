@@ -44,7 +44,7 @@ from traitlets.config import Config
 try:
     from atkit.files import write_text_atomic
 except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is not
-    if __name__ != "__main__":
+    if __name__ != "__main__" or __package__:
         raise
     _path = [str(Path(__file__).resolve().parents[1]), os.getenv("PYTHONPATH", "")]
     _env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, _path))}
@@ -251,7 +251,8 @@ class PageExporter(HTMLExporter):
         prose = re.sub(r"<(pre|code)\b.*?</\1>", " ", out, flags=re.DOTALL)
         for text in re.split(r"<[^>]+>", prose):
             if _TEX_LEFT_RE.search(html.unescape(text)):
-                self.page.stray_math.append(f"{where}: {text.strip()[:80]!r}")
+                shown = _MATH_RE.sub("<math>", text.strip())[:80]
+                self.page.stray_math.append(f"{where}: {shown!r}")
         return out
 
 
@@ -408,7 +409,8 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
     if remote:
         raise PageError(
             f"the page would load {remote.group(0)[:120]!r} from the network, and "
-            "must work offline: save the file under images/ and use a relative path"
+            "must work offline: save the file beside the notebook (an image under "
+            "images/, by a relative path) or inline it"
         )
     local = _LOCAL_IMG_RE.search(body)
     if local:
