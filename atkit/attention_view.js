@@ -134,8 +134,9 @@ function atkitAttentionView(rootId, tries) {
 
   // ---------------------------------------------------------------- drawing
   const measurer = document.createElement("canvas").getContext("2d");
-  function textWidth(words) {
-    measurer.font = `13px ${getComputedStyle(root).fontFamily || "sans-serif"}`;
+  function textWidth(words, bold) {
+    const family = getComputedStyle(root).fontFamily || "sans-serif";
+    measurer.font = `${bold ? "600 " : ""}13px ${family}`;
     return Math.max(40, ...words.map((w) => measurer.measureText(w).width)) + 10;
   }
 
@@ -144,9 +145,11 @@ function atkitAttentionView(rootId, tries) {
     const kind = KINDS[state.kind];
     const heads = state.head === "all" ? [...Array(spec.heads).keys()] : [state.head];
     const qW = textWidth(qs), kW = textWidth(ks), slots = heads.length * SLOT;
-    const xQ = PAD + slots + qW; // right edge of the query words
+    const qHead = `${SIDE[kind.q]} (queries)`, kHead = `${SIDE[kind.k]} (keys)`;
+    // Right edge of the query words; the column titles must fit too.
+    const xQ = Math.max(PAD + slots + qW, PAD + textWidth([qHead], true));
     const xK = xQ + GAP; // left edge of the key words
-    const width = xK + kW + slots + PAD;
+    const width = Math.max(xK + kW + slots, xK + textWidth([kHead], true)) + PAD;
     const height = TOP + Math.max(qs.length, ks.length) * ROW + PAD;
     const y = (i) => TOP + i * ROW + ROW / 2;
     svg.textContent = "";
@@ -155,9 +158,8 @@ function atkitAttentionView(rootId, tries) {
     svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
     svg.setAttribute("aria-label", `Attention lines, ${kind.name}, layer ${state.layer + 1}`);
     svg.append(
-      svgEl("text", { x: xQ - 5, y: 14, "text-anchor": "end", class: "atv-head-text" },
-        `${SIDE[kind.q]} (queries)`),
-      svgEl("text", { x: xK + 5, y: 14, class: "atv-head-text" }, `${SIDE[kind.k]} (keys)`));
+      svgEl("text", { x: xQ - 5, y: 14, "text-anchor": "end", class: "atv-head-text" }, qHead),
+      svgEl("text", { x: xK + 5, y: 14, class: "atv-head-text" }, kHead));
     // One line per (head, query, key) with a visible weight; indexed by row and column.
     const lines = svgEl("g", { class: "atv-lines" });
     const byRow = qs.map(() => []), byCol = ks.map(() => []);
@@ -195,7 +197,7 @@ function atkitAttentionView(rootId, tries) {
       return { g, bg };
     });
     const labels = svgEl("g", { class: "atv-labels" });
-    view = { heads, byRow, byCol, labels, y, xQ, xK, kW, slots,
+    view = { heads, byRow, byCol, labels, y, xQ, xK, qW, kW, slots,
              q: toks(qs, "q", xQ, "end"), k: toks(ks, "k", xK, "start") };
     svg.appendChild(labels);
     drawControls();
@@ -229,7 +231,8 @@ function atkitAttentionView(rootId, tries) {
     const best = others.map(() => ({ w: 0, h: 0 }));
     v.heads.forEach((h, slot) => {
       // Query hovered: numbers right of the keys; key hovered: left of the queries.
-      const x = side === "q" ? v.xK + v.kW + slot * SLOT + 4 : PAD + (slot + 1) * SLOT - 4;
+      const x = side === "q" ? v.xK + v.kW + slot * SLOT + 4
+        : v.xQ - v.qW - v.slots + (slot + 1) * SLOT - 4;
       const anchor = side === "q" ? "start" : "end";
       v.labels.appendChild(svgEl("text", { x, y: TOP - 8, "text-anchor": anchor,
         fill: color(h), class: "atv-slot" }, `h${h + 1}`));
