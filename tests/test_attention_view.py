@@ -185,6 +185,22 @@ LABELS_JS = """root => [...root.querySelectorAll('.atv-w')].map(t => ({
   query: Number(t.dataset.query), key: Number(t.dataset.key),
   text: t.textContent, fill: t.getAttribute('fill')}))"""
 STATE_JS = "root => Object.assign({}, root.dataset)"
+# Words and numbers that overlap one another or stick out of the drawing.
+LAYOUT_JS = """root => {
+  const svg = root.querySelector('svg.atv-svg');
+  const width = Number(svg.getAttribute('width'));
+  const boxes = [...svg.querySelectorAll('text')].map(
+    t => [t.textContent, t.getBBox()]);
+  const bad = [];
+  for (const [text, b] of boxes) {
+    if (b.x < -0.5 || b.x + b.width > width + 0.5) bad.push(`${text}: outside`);
+  }
+  boxes.forEach(([t1, a], i) => boxes.slice(i + 1).forEach(([t2, b]) => {
+    if (a.x < b.x + b.width && b.x < a.x + a.width &&
+        a.y < b.y + b.height && b.y < a.y + a.height) bad.push(`${t1} on ${t2}`);
+  }));
+  return bad;
+}"""
 
 
 def _expected_labels(weights: np.ndarray, heads, side: str, index: int) -> list:
@@ -256,6 +272,8 @@ def _open(browser, path, width=1100):
 def _shot(root, name: str, shots: list) -> None:
     """Screenshot one view; it must still show the state the test just checked."""
     before = root.evaluate(STATE_JS)
+    overlaps = root.evaluate(LAYOUT_JS)
+    assert not overlaps, f"{name}: text overlaps or is cut: {overlaps[:5]}"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"attention-view-{name}.png"
     root.screenshot(path=str(path))
@@ -334,6 +352,7 @@ def test_two_views_in_chromium(tmp_path, browser, capsys):
         assert b.locator(".atv-tok[data-side='k']").count() == 8  # its 8 target tokens
         b.locator(".atv-tok[data-side='k'][data-index='0']").hover()
         _check_labels(b, data_b[1]["decoder"][0], [0], "k", 0)
+        _shot(b, "short-sentence", shots)  # short words: the column titles still fit
 
         # View A (raw data, N=3, h=4) was not touched by any of this.
         a.scroll_into_view_if_needed()
