@@ -4,9 +4,16 @@ The code under test lives only in annotated_transformer.md; `nbexport.load` writ
 non-demo cells to build/annotated_transformer_lib.py and imports that file. Tests run
 in the small `ci` preset (one torch thread, Setup's rule for it) and read Multi30k from
 $MULTI30K_DIR (default: ../shared/data/multi30k beside the repository).
+
+The page tests (test_page.py, test_attention_view.py) share one headless Chromium:
+`browser`, session-wide, because Playwright's sync API runs one instance per thread.
 """
 
 import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +56,75 @@ def cfg(lib, request):
 @pytest.fixture(scope="module")
 def data(lib, cfg):
     return lib.prepare_data(cfg)
+
+
+# ----------------------------------------------- headless Chromium (page tests)
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _pinned(package: str) -> str:
+    req = ROOT / "requirements.txt"
+    if req.is_file():
+        for line in req.read_text().splitlines():
+            name = re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0]
+            if name.lower() == package:
+                return line.split("#")[0].strip()
+    pytest.fail(f"{package} is not importable and not pinned in requirements.txt")
+
+
+def _find_chromium() -> str | None:
+    for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = _find_chromium()
+    if path:
+        return path
+    if os.geteuid() != 0:
+        pytest.fail("Chromium is missing; install it: sudo apt-get install -y chromium")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "chromium"],
+    ):
+        proc = subprocess.run(
+            cmd, check=False, stdin=subprocess.DEVNULL, env=env,
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            pytest.fail(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
+    path = _find_chromium()
+    assert path, "apt-get installed chromium but it is not on PATH"
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pin = _pinned("playwright")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", pin],
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
+        from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_FLAGS)
+        yield chrome
+        chrome.close()

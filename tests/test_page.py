@@ -9,19 +9,15 @@ script fails, every heading of the notebook is in the page's text and the table 
 contents links to it, and no two stream blocks of a cell stand apart. A screenshot of
 each page is saved under build/screenshots/ and its path printed.
 
-Setup, done here when missing: Chromium via `apt-get install -y chromium` (needs root),
-and the Python `playwright` package at the version pinned in requirements.txt.
+Setup, done by tests/conftest.py when missing: Chromium via `apt-get install -y
+chromium` (needs root), and the Python `playwright` package at the version pinned in
+requirements.txt.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import os
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -34,16 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "annotated_transformer.ipynb"
 PAGE = ROOT / "docs" / "index.html"
 SCREENSHOTS = ROOT / "build" / "screenshots"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 # Runs in the page: everything the checks need, in one round trip.
 INSPECT_JS = r"""
@@ -85,67 +71,6 @@ INSPECT_JS = r"""
   };
 }
 """
-
-
-# --------------------------------------------------------------------------- setup
-
-
-def _pinned(package: str) -> str:
-    req = ROOT / "requirements.txt"
-    if req.is_file():
-        for line in req.read_text().splitlines():
-            name = re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0]
-            if name.lower() == package:
-                return line.split("#")[0].strip()
-    pytest.fail(f"{package} is not importable and not pinned in requirements.txt")
-
-
-def _find_chromium() -> str | None:
-    for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser"):
-        if name and (path := shutil.which(name)):
-            return path
-    return None
-
-
-@pytest.fixture(scope="session")
-def chromium_path() -> str:
-    path = _find_chromium()
-    if path:
-        return path
-    if os.geteuid() != 0:
-        pytest.fail("Chromium is missing; install it: sudo apt-get install -y chromium")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "chromium"],
-    ):
-        proc = subprocess.run(
-            cmd, check=False, stdin=subprocess.DEVNULL, env=env,
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            pytest.fail(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
-    path = _find_chromium()
-    assert path, "apt-get installed chromium but it is not on PATH"
-    return path
-
-
-@pytest.fixture(scope="session")
-def browser(chromium_path):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pin = _pinned("playwright")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", pin],
-            check=True,
-            stdin=subprocess.DEVNULL,
-        )
-        from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
-        chrome = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_FLAGS)
-        yield chrome
-        chrome.close()
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,0 +1,307 @@
+"""An interactive attention view for a notebook output and for the static page.
+
+`AttentionView(sentences)` draws, in the style of bertviz's head view, the encoder
+self-attention, decoder self-attention and decoder-source attention of a sentence pair:
+queries on the left, keys on the right, one line per (query, key) whose opacity is the
+weight, one colour per head. The reader picks sentence, kind, layer and head (or all
+heads); hovering a word shows the weights of its row (a query) or of its column (a
+key), and a click pins it. The output is one HTML fragment: markup, a small inline
+script (`attention_view.js`) and style (`attention_view.css`) read from this package,
+and the weights quantised to bytes, deflated and base64-encoded in a JSON element. It
+needs no server, no CDN and no require.js, so the same text works as a Jupyter or Colab
+output (`_repr_html_`) and on the rendered page; several views on one page are
+independent (one unique id each, no global names).
+
+Libraries weighed. bertviz's head view is the model for this one, but its output loads
+require.js, d3 5.7.0 and jQuery 2.0.0 from cdnjs.cloudflare.com (`head_view.py`: the
+`require.min.js` script tag "must be imported for Colab or JupyterLab";
+`head_view.js`: `require.config` paths; jessevig/bertviz at 0fe6892, 2025-06-01), so
+it does not work offline. Altair's default HTML renderer "requires a web connection"
+(Altair docs, Displaying Altair Charts); it is offline only with the Vega, Vega-Lite
+and Vega-Embed bundles inlined (`chart.save(..., inline=True)`, about 1 MB), which
+alone would take the page's whole budget of 1 MB. Plotly's offline HTML inlines
+plotly.js (over 3 MB), and
+ipywidgets need a running kernel, so nothing would work on the static page. Hence this
+small script of our own (16 KB with its style, per view) plus the data.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["AttentionView", "KINDS", "decode", "sentence"]
+
+KINDS = ("encoder", "decoder", "cross")
+# (rows, columns) of each kind: queries x keys, "src" or "tgt" tokens.
+_AXES = {"encoder": ("src", "src"), "decoder": ("tgt", "tgt"), "cross": ("tgt", "src")}
+_SHAPE_TEXT = {
+    "encoder": "(N, h, S, S)",
+    "decoder": "(N, h, T, T)",
+    "cross": "(N, h, T, S)",
+}
+_HERE = Path(__file__).resolve().parent
+_DATA_RE = re.compile(
+    r'<script type="application/json" class="atv-data">(.*?)</script>', re.DOTALL
+)
+
+
+def _numpy(x: Any) -> np.ndarray:
+    """A float64 array from a torch tensor (any device or float type) or array."""
+    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        x = x.detach().cpu().float().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def sentence(
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    encoder: Any,
+    decoder: Any,
+    cross: Any,
+    label: str | None = None,
+) -> dict:
+    """One sentence for `AttentionView`, from stacked or per-layer weights.
+
+    Each of `encoder`, `decoder`, `cross` is an array (N, h, q, k) or a sequence of N
+    per-layer arrays (h, q, k) or (1, h, q, k) (a batch of one, as
+    `MultiHeadedAttention` keeps it in `self.attn`). Maps longer than the token lists
+    (padding) are cut to them.
+    """
+    out: dict[str, Any] = {
+        "src_tokens": list(src_tokens),
+        "tgt_tokens": list(tgt_tokens),
+    }
+    if label is not None:
+        out["label"] = label
+    n_tokens = {"src": len(out["src_tokens"]), "tgt": len(out["tgt_tokens"])}
+    for kind, maps in zip(KINDS, (encoder, decoder, cross), strict=True):
+        if isinstance(maps, (list, tuple)):
+            layers = [_numpy(m) for m in maps]
+            layers = [m[0] if m.ndim == 4 and m.shape[0] == 1 else m for m in layers]
+            arr = np.stack(layers) if layers else np.zeros((0,))
+        else:
+            arr = _numpy(maps)
+        if arr.ndim == 4:
+            rows, cols = (n_tokens[a] for a in _AXES[kind])
+            arr = arr[:, :, :rows, :cols]
+        out[kind] = arr
+    return out
+
+
+def _check_tokens(name: str, where: str, tokens: Any) -> list[str]:
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+        raise ValueError(f"{where}: {name!r} must be a list of strings, not {tokens!r}")
+    if not tokens:
+        raise ValueError(f"{where}: {name!r} is empty")
+    bad = [t for t in tokens if not isinstance(t, str)]
+    if bad:
+        raise ValueError(f"{where}: {name!r} holds non-strings: {bad[:3]!r}")
+    return list(tokens)
+
+
+class AttentionView:
+    """Interactive attention view of one model for a few sentence pairs.
+
+    `sentences`: a list of dicts, each with `src_tokens` (S strings), `tgt_tokens` (T
+    strings, the decoder input, starting with <s>), the weights `encoder` (N, h, S, S),
+    `decoder` (N, h, T, T) and `cross` (N, h, T, S) as torch tensors or numpy arrays
+    (rows are queries, columns keys, rows sum to 1), and optionally `label` (the text
+    of the sentence menu). All sentences come from one model: the same h everywhere,
+    the same N for each kind.
+
+    `levels`: weights are stored as round(w * levels) in one byte (255: within 0.002).
+    `compress`: deflate the bytes (the browser inflates them with DecompressionStream).
+    """
+
+    def __init__(
+        self,
+        sentences: Sequence[Mapping[str, Any]],
+        *,
+        levels: int = 255,
+        compress: bool = True,
+    ):
+        if isinstance(sentences, Mapping):
+            sentences = [sentences]
+        if not isinstance(sentences, Sequence) or not sentences:
+            raise ValueError("AttentionView needs a non-empty list of sentence dicts")
+        if not 1 <= int(levels) <= 255:
+            raise ValueError(f"levels={levels}: must be in 1..255 (one byte)")
+        self.levels = int(levels)
+        self.compress = bool(compress)
+        self.heads: int | None = None
+        self.layers: dict[str, int] = {}
+        self.sentences = [self._validate(i, s) for i, s in enumerate(sentences)]
+
+    @classmethod
+    def from_maps(
+        cls,
+        src_tokens: Sequence[str],
+        tgt_tokens: Sequence[str],
+        maps: Mapping[str, Any],
+        label: str | None = None,
+        **kwargs: Any,
+    ) -> AttentionView:
+        """A view of one sentence pair; `maps` has `encoder`, `decoder`, `cross`."""
+        missing = [k for k in KINDS if k not in maps]
+        if missing:
+            raise ValueError(f"maps lacks {missing}; it needs the keys {list(KINDS)}")
+        one = sentence(src_tokens, tgt_tokens, *(maps[k] for k in KINDS), label=label)
+        return cls([one], **kwargs)
+
+    # ------------------------------------------------------------------ validation
+
+    def _validate(self, index: int, s: Mapping[str, Any]) -> dict:
+        if not isinstance(s, Mapping):
+            raise ValueError(
+                f"sentence {index}: expected a dict, got {type(s).__name__}"
+            )
+        label = s.get("label")
+        where = f"sentence {index}" + (f" ({label!r})" if label is not None else "")
+        missing = [k for k in ("src_tokens", "tgt_tokens", *KINDS) if k not in s]
+        if missing:
+            raise ValueError(f"{where}: missing {missing}")
+        src = _check_tokens("src_tokens", where, s["src_tokens"])
+        tgt = _check_tokens("tgt_tokens", where, s["tgt_tokens"])
+        sizes = {"src": len(src), "tgt": len(tgt)}
+        out: dict[str, Any] = {"src": src, "tgt": tgt}
+        for kind in KINDS:
+            arr = _numpy(s[kind])
+            rows, cols = (sizes[a] for a in _AXES[kind])
+            expect = f"{_SHAPE_TEXT[kind]} with S={sizes['src']}, T={sizes['tgt']}"
+            if arr.ndim != 4 or arr.shape[2:] != (rows, cols):
+                raise ValueError(
+                    f"{where}: {kind!r} has shape {tuple(arr.shape)}; expected "
+                    f"{expect}, i.e. (N, h, {rows}, {cols})"
+                )
+            n, h = arr.shape[:2]
+            if n == 0 or h == 0:
+                raise ValueError(f"{where}: {kind!r} has no layers or no heads")
+            if self.heads is None:
+                self.heads = h
+            if h != self.heads:
+                raise ValueError(
+                    f"{where}: {kind!r} has h={h} heads; earlier weights have "
+                    f"{self.heads} (one model, one h)"
+                )
+            group = "encoder" if kind == "encoder" else "decoder"  # cross: decoder's N
+            n_seen = self.layers.setdefault(group, n)
+            if n != n_seen:
+                raise ValueError(
+                    f"{where}: {kind!r} has N={n} layers; expected {n_seen} "
+                    f"(as the other {group} weights)"
+                )
+            if not np.isfinite(arr).all() or arr.min() < -1e-6 or arr.max() > 1 + 1e-6:
+                raise ValueError(f"{where}: {kind!r} has weights outside [0, 1] or NaN")
+            sums = arr.sum(-1)
+            if np.abs(sums - 1).max() > 1e-2:
+                raise ValueError(
+                    f"{where}: {kind!r} rows must sum to 1 (softmax over keys); one "
+                    f"sums to {sums.flat[np.abs(sums - 1).argmax()]:.4f}"
+                )
+            out[kind] = arr
+        out["label"] = str(label) if label is not None else _default_label(src, tgt)
+        return out
+
+    # ------------------------------------------------------------------ output
+
+    def spec(self) -> dict:
+        """The JSON object embedded in the page (weights as base64 bytes)."""
+        chunks = []
+        for s in self.sentences:
+            for kind in KINDS:
+                q = np.clip(np.rint(s[kind] * self.levels), 0, self.levels)
+                chunks.append(q.astype(np.uint8).tobytes())
+        raw = b"".join(chunks)
+        payload = zlib.compress(raw, 9) if self.compress else raw
+        return {
+            "version": 1,
+            "levels": self.levels,
+            "heads": self.heads,
+            "layers": {
+                "encoder": self.layers["encoder"],
+                "decoder": self.layers["decoder"],
+                "cross": self.layers["decoder"],
+            },
+            "encoding": "deflate" if self.compress else "raw",
+            "sentences": [
+                {"label": s["label"], "src": s["src"], "tgt": s["tgt"]}
+                for s in self.sentences
+            ],
+            "data": base64.b64encode(payload).decode("ascii"),
+        }
+
+    def html(self) -> str:
+        """The view as one self-contained HTML fragment (a new element id each call)."""
+        uid = "atv-" + uuid.uuid4().hex[:12]
+        data = json.dumps(self.spec(), ensure_ascii=False, separators=(",", ":"))
+        # Inside <script>, "</script>" or "<!--" in a token would end the element.
+        data = data.replace("<", "\\u003c").replace(">", "\\u003e")
+        data = data.replace("&", "\\u0026")
+        css = (_HERE / "attention_view.css").read_text(encoding="utf-8")
+        js = (_HERE / "attention_view.js").read_text(encoding="utf-8")
+        return (
+            f'<div class="atv" id="{uid}" data-atkit="attention-view">'
+            f"<style>{css}</style>"
+            f'<script type="application/json" class="atv-data">{data}</script>'
+            '<p class="atv-fallback">Interactive attention view: it needs JavaScript. '
+            "Run the cell (or trust the notebook) to see it.</p></div>\n"
+            f'<script>(function () {{\n{js}\natkitAttentionView("{uid}");\n}})();'
+            "</script>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __repr__(self) -> str:
+        return (
+            f"AttentionView({len(self.sentences)} sentences, "
+            f"N={self.layers['encoder']}/{self.layers['decoder']} layers, "
+            f"h={self.heads} heads)"
+        )
+
+
+def _default_label(src: list[str], tgt: list[str], width: int = 70) -> str:
+    text = " ".join(src) + " → " + " ".join(tgt)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def decode(html_or_spec: str | Mapping[str, Any]) -> list[dict]:
+    """The sentences embedded in a view's HTML (or spec), weights as stored.
+
+    Returns one dict per sentence: `label`, `src_tokens`, `tgt_tokens` and float arrays
+    `encoder`, `decoder`, `cross` holding the quantised weights the browser draws. With
+    several views in the HTML, the first one's.
+    """
+    spec = html_or_spec
+    if isinstance(spec, str):
+        match = _DATA_RE.search(spec)
+        if not match:
+            raise ValueError("no attention view data in this HTML")
+        spec = json.loads(match.group(1))
+    raw = base64.b64decode(spec["data"])
+    if spec["encoding"] == "deflate":
+        raw = zlib.decompress(raw)
+    data = np.frombuffer(raw, dtype=np.uint8)
+    h, at, out = spec["heads"], 0, []
+    for s in spec["sentences"]:
+        sizes = {"src": len(s["src"]), "tgt": len(s["tgt"])}
+        item = {"label": s["label"], "src_tokens": s["src"], "tgt_tokens": s["tgt"]}
+        for kind in KINDS:
+            rows, cols = (sizes[a] for a in _AXES[kind])
+            shape = (spec["layers"][kind], h, rows, cols)
+            size = int(np.prod(shape))
+            item[kind] = data[at : at + size].reshape(shape) / spec["levels"]
+            at += size
+        out.append(item)
+    if at != data.size:
+        raise ValueError(f"view data holds {data.size} bytes; the shapes use {at}")
+    return out

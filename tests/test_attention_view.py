@@ -1,0 +1,488 @@
+"""The attention view (atkit.attention_view): its data in Python, its page in Chromium.
+
+The Python tests check the input validation, that the weights embedded in the HTML
+decode to the input within the quantisation step, and the size of a view. The browser
+tests open pages with views of known (seeded) weights from file:// in headless Chromium
+(the `browser` fixture of tests/conftest.py, shared with tests/test_page.py), drive the
+controls and the hover, and compare every weight the page writes with the numbers
+embedded in the HTML. Screenshots go to build/screenshots/attention-view-*.png and
+their paths are printed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from test_page import PAGE, SCREENSHOTS
+
+from atkit.attention_view import KINDS, AttentionView, decode, sentence
+from tools import render_page
+
+STEP = 0.5 / 255  # the largest quantisation error at the default levels=255
+
+WORDS = (
+    "zwei junge weiße männer sind im freien in der nähe vieler büsche . ein mann mit "
+    "einem orangefarbenen hut starrt auf etwas , während eine frau zuschaut"
+).split()
+
+
+def softmax_maps(rng, shape, temperature=3.0, causal=False) -> np.ndarray:
+    """Attention-like weights: a softmax over keys of random logits, rows sum to 1."""
+    logits = rng.normal(size=shape) * temperature
+    if causal:  # the decoder's mask: query t sees keys 0..t
+        t = shape[-1]
+        logits = np.where(np.triu(np.ones((t, t), bool), 1), -1e9, logits)
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def synthetic_sentence(rng, S, T, N, h, label=None, temperature=3.0) -> dict:
+    src = ["<s>", *WORDS[: S - 2], "</s>"]
+    tgt = ["<s>", *(w.capitalize() for w in WORDS[: T - 1])]
+    out = {
+        "src_tokens": src,
+        "tgt_tokens": tgt,
+        "encoder": softmax_maps(rng, (N, h, S, S), temperature),
+        "decoder": softmax_maps(rng, (N, h, T, T), temperature, causal=True),
+        "cross": softmax_maps(rng, (N, h, T, S), temperature),
+    }
+    if label is not None:
+        out["label"] = label
+    return out
+
+
+# --------------------------------------------------------------------------- Python
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_embedded_weights_round_trip(compress):
+    rng = np.random.default_rng(0)
+    sents = [synthetic_sentence(rng, 12, 9, 3, 4), synthetic_sentence(rng, 7, 11, 3, 4)]
+    sents[1]["src_tokens"][3] = "</script><!--&\"'"  # must not end the JSON element
+    sents[1]["label"] = "a <b>label</b> & more"
+    html = AttentionView(sents, compress=compress).html()
+    assert html.count("</script>") == 2 and "<!--" not in html
+    back = decode(html)
+    assert len(back) == 2
+    for given, got in zip(sents, back, strict=True):
+        assert got["src_tokens"] == given["src_tokens"]
+        assert got["tgt_tokens"] == given["tgt_tokens"]
+        for kind in KINDS:
+            assert got[kind].shape == given[kind].shape
+            assert np.abs(got[kind] - given[kind]).max() <= STEP + 1e-12
+            np.testing.assert_array_equal(got[kind], np.rint(given[kind] * 255) / 255)
+    assert back[1]["label"] == "a <b>label</b> & more"
+    assert back[0]["label"].startswith("<s> zwei junge")  # the default label
+
+
+def test_torch_per_layer_maps_and_padding():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    N, h, S, T, pad = 2, 4, 6, 5, 3  # maps of a padded batch of one
+
+    def maps(q, k):
+        return [
+            torch.softmax(torch.randn(1, h, q, k, generator=g), -1) for _ in range(N)
+        ]
+
+    src, tgt = [f"s{i}" for i in range(S)], ["<s>", *(f"t{i}" for i in range(T - 1))]
+    enc, dec, cross = maps(S + pad, S), maps(T, T), maps(T, S + pad)
+    one = sentence(src, tgt, enc, dec, cross, label="typed")
+    assert one["encoder"].shape == (N, h, S, S) and one["cross"].shape == (N, h, T, S)
+    # Padded keys cut off: rows no longer sum to 1, so re-normalise as a masked model's
+    # (whose padded keys weigh 0) would.
+    for kind in ("encoder", "cross"):
+        one[kind] = one[kind] / one[kind].sum(-1, keepdims=True)
+    view = AttentionView([one])
+    assert repr(view) == "AttentionView(1 sentences, N=2/2 layers, h=4 heads)"
+    stacked = {k: torch.tensor(one[k]) for k in KINDS}
+    again = AttentionView.from_maps(src, tgt, stacked, label="typed")
+    np.testing.assert_array_equal(
+        decode(again.html())[0]["decoder"], decode(view.html())[0]["decoder"]
+    )
+    assert decode(view.html())[0]["label"] == "typed"
+
+
+def _bad(**change):
+    s = synthetic_sentence(np.random.default_rng(1), 6, 5, 2, 4, label="val 3")
+    s.update(change)
+    return s
+
+
+@pytest.mark.parametrize(
+    ("sentences", "message"),
+    [
+        ([], "non-empty list"),
+        ([_bad(cross=np.full((2, 4, 6, 5), 0.2))], r"'cross' has shape \(2, 4, 6, 5\)"),
+        (
+            [_bad(encoder=np.full((2, 4, 6), 1 / 6))],
+            r"'encoder' has shape .*\(N, h, 6, 6\)",
+        ),
+        ([_bad(decoder=np.full((2, 3, 5, 5), 0.2))], "'decoder' has h=3 heads"),
+        ([_bad(cross=np.full((3, 4, 5, 6), 1 / 6))], "'cross' has N=3 layers"),
+        ([_bad(encoder=np.full((2, 4, 6, 6), 0.5))], "rows must sum to 1"),
+        ([_bad(cross=np.full((2, 4, 5, 6), np.nan))], "outside"),
+        ([_bad(src_tokens="zwei junge")], "must be a list of strings"),
+        ([_bad(tgt_tokens=["<s>", 3, "a", "b", "c"])], "non-strings"),
+        ([{"src_tokens": ["a"], "tgt_tokens": ["<s>"]}], r"missing \['encoder'"),
+    ],
+)
+def test_bad_input_is_refused(sentences, message):
+    with pytest.raises(ValueError, match=message) as info:
+        AttentionView(sentences)
+    if sentences and "label" in sentences[0]:
+        assert "sentence 0 ('val 3')" in str(info.value)  # which sentence is wrong
+
+
+def test_html_is_offline_and_unique():
+    rng = np.random.default_rng(2)
+    view = AttentionView([synthetic_sentence(rng, 5, 4, 1, 2)])
+    first, second = view.html(), view._repr_html_()
+    ids = [re.search(r'id="(atv-[0-9a-f]+)"', h).group(1) for h in (first, second)]
+    assert ids[0] != ids[1], "two outputs of one view would share an element id"
+    for h in (first, second):
+        assert not render_page._REMOTE_TAG_RE.search(h)
+        assert not render_page._REMOTE_CSS_RE.search(h)
+        assert not re.search(r"\b(src|href)\s*=|@import|require\(|\bimport\s*\(", h)
+        # The only URL is the SVG namespace, a name and not a request.
+        assert set(re.findall(r"https?://[^\s\"'<>]+", h)) == {
+            "http://www.w3.org/2000/svg"
+        }
+
+
+def test_view_size(capsys):
+    """Bytes of one view's HTML: the page's budget is 1 MB for everything it adds."""
+    rows = []
+    for name, N, h, lengths, temperature in [
+        ("6 sentences, 10-25 tokens, N=3 h=4", 3, 4, (10, 13, 16, 19, 22, 25), 3.0),
+        ("6 sentences, 10-25 tokens, N=6 h=8", 6, 8, (10, 13, 16, 19, 22, 25), 3.0),
+        ("6 sentences of 25 tokens, N=6 h=8", 6, 8, (25,) * 6, 3.0),
+        ("same, flat attention (worst case)", 6, 8, (25,) * 6, 1.0),
+    ]:
+        rng = np.random.default_rng(3)
+        sents = [
+            synthetic_sentence(rng, n, n, N, h, temperature=temperature)
+            for n in lengths
+        ]
+        size = len(AttentionView(sents).html().encode())
+        rows.append((name, size))
+    with capsys.disabled():
+        print()
+        for name, size in rows:
+            print(f"attention view size: {size / 1024:7.1f} KB  {name}")
+    sizes = dict(rows)
+    assert sizes["6 sentences, 10-25 tokens, N=6 h=8"] < 300 * 1024
+    assert sizes["6 sentences of 25 tokens, N=6 h=8"] < 500 * 1024
+    assert max(sizes.values()) < 1024 * 1024
+
+
+# --------------------------------------------------------------------------- Chromium
+
+LABELS_JS = """root => [...root.querySelectorAll('.atv-w')].map(t => ({
+  weight: Number(t.dataset.weight), head: Number(t.dataset.head),
+  query: Number(t.dataset.query), key: Number(t.dataset.key),
+  text: t.textContent, fill: t.getAttribute('fill')}))"""
+STATE_JS = "root => Object.assign({}, root.dataset)"
+# Words and numbers that overlap one another or stick out of the drawing.
+LAYOUT_JS = """root => {
+  const svg = root.querySelector('svg.atv-svg');
+  const width = Number(svg.getAttribute('width'));
+  const boxes = [...svg.querySelectorAll('text')].map(
+    t => [t.textContent, t.getBBox()]);
+  const bad = [];
+  for (const [text, b] of boxes) {
+    if (b.x < -0.5 || b.x + b.width > width + 0.5) bad.push(`${text}: outside`);
+  }
+  boxes.forEach(([t1, a], i) => boxes.slice(i + 1).forEach(([t2, b]) => {
+    if (a.x < b.x + b.width && b.x < a.x + a.width &&
+        a.y < b.y + b.height && b.y < a.y + a.height) bad.push(`${t1} on ${t2}`);
+  }));
+  return bad;
+}"""
+
+
+def _expected_labels(weights: np.ndarray, heads, side: str, index: int) -> list:
+    """(head, query, key, weight) the page must write for a hovered query or key."""
+    out = []
+    for h in heads:
+        vec = weights[h, index, :] if side == "q" else weights[h, :, index]
+        for o, w in enumerate(vec):
+            if w >= 0.005:  # below this the page writes no number ("0.00")
+                q, k = (index, o) if side == "q" else (o, index)
+                out.append((h, q, k, float(w)))
+    return sorted(out)
+
+
+def _check_labels(root, weights, heads, side, index) -> list[dict]:
+    labels = root.evaluate(LABELS_JS)
+    got = sorted((x["head"], x["query"], x["key"], x["weight"]) for x in labels)
+    want = _expected_labels(weights, heads, side, index)
+    assert [g[:3] for g in got] == [w[:3] for w in want], "labelled words differ"
+    for g, w in zip(got, want, strict=True):
+        assert abs(g[3] - w[3]) < 1e-12, f"head {g[0]} query {g[1]} key {g[2]}: {g} {w}"
+    for x in labels:
+        assert x["text"] == f"{x['weight']:.2f}", x
+    assert root.evaluate(STATE_JS)["hover"] == f"{side}{index}"
+    return labels
+
+
+def _page(tmp_path):
+    rng = np.random.default_rng(4)
+    a = AttentionView(
+        [synthetic_sentence(rng, 12, 10, 3, 4), synthetic_sentence(rng, 15, 14, 3, 4)],
+        compress=False,  # the other decoding path
+    )
+    b = AttentionView(
+        [
+            synthetic_sentence(rng, 25, 25, 2, 8, label="long: 25 tokens each side"),
+            synthetic_sentence(rng, 9, 8, 2, 8, label="short one"),
+        ]
+    )
+    html_a, html_b = a.html(), b.html()
+    page = tmp_path / "views.html"
+    page.write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        "<title>Two attention views</title></head>"
+        '<body style="margin: 16px; max-width: 1000px; font-family: serif">'
+        f"<h1>View A</h1>{html_a}<h1>View B</h1>{html_b}</body></html>",
+        encoding="utf-8",
+    )
+    return page, decode(html_a), decode(html_b)
+
+
+def _open(browser, path, width=1100):
+    # Tall enough for a whole view: a screenshot then never scrolls it under the mouse.
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    log = {"errors": [], "requests": []}
+    page.on("request", lambda r: log["requests"].append(r.url))
+    page.on("pageerror", lambda e: log["errors"].append(str(e)))
+    page.on(
+        "console",
+        lambda m: m.type in ("error", "warning") and log["errors"].append(m.text),
+    )
+    page.goto(path.resolve().as_uri(), wait_until="load")
+    page.wait_for_function(
+        "[...document.querySelectorAll('.atv')].every(r => r.dataset.ready === '1')"
+    )
+    return page, log
+
+
+def _shot(root, name: str, shots: list) -> None:
+    """Screenshot one view; it must still show the state the test just checked."""
+    before = root.evaluate(STATE_JS)
+    overlaps = root.evaluate(LAYOUT_JS)
+    assert not overlaps, f"{name}: text overlaps or is cut: {overlaps[:5]}"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"attention-view-{name}.png"
+    root.screenshot(path=str(path))
+    shots.append(path)
+    assert root.evaluate(STATE_JS) == before, "the screenshot moved the hover"
+
+
+def test_two_views_in_chromium(tmp_path, browser, capsys):
+    path, data_a, data_b = _page(tmp_path)
+    page, log = _open(browser, path)
+    shots: list = []
+    try:
+        roots = page.locator(".atv")
+        assert roots.count() == 2
+        a, b = roots.nth(0), roots.nth(1)
+        b.scroll_into_view_if_needed()
+        ids = [r.get_attribute("id") for r in (a, b)]
+        assert ids[0] != ids[1]
+        state = b.evaluate(STATE_JS)
+        assert (state["kind"], state["layer"], state["head"]) == ("encoder", "0", "all")
+
+        # View B: decoder-source attention, layer 2, head 6; hover a query, then a key.
+        b.locator(".atv-kind button[data-value='cross']").click()
+        b.locator(".atv-layer button[data-value='1']").click()
+        b.locator(".atv-head button[data-value='5']").click()
+        state = b.evaluate(STATE_JS)
+        assert (state["kind"], state["layer"], state["head"]) == ("cross", "1", "5")
+        assert b.locator(".atv-head button[aria-pressed='true']").inner_text() == "6"
+        cross = data_b[0]["cross"][1]  # (h, T, S) of layer 2
+        b.locator(".atv-tok[data-side='q'][data-index='7']").hover()
+        labels = _check_labels(b, cross, [5], "q", 7)
+        head_colour = b.locator(".atv-head button[data-value='5']").evaluate(
+            "e => getComputedStyle(e).getPropertyValue('--atv-c').trim()"
+        )
+        assert {x["fill"] for x in labels} == {head_colour}
+        _shot(b, "cross-query-hover", shots)
+        b.locator(".atv-tok[data-side='k'][data-index='3']").hover()
+        _check_labels(b, cross, [5], "k", 3)
+        _shot(b, "cross-key-hover", shots)
+
+        # All heads: one colour per head, for the lines and the numbers.
+        b.locator(".atv-head button[data-value='all']").click()
+        assert b.evaluate(STATE_JS)["head"] == "all"
+        b.locator(".atv-tok[data-side='q'][data-index='2']").hover()
+        labels = _check_labels(b, cross, range(8), "q", 2)
+        strokes = b.evaluate(
+            "r => new Set([...r.querySelectorAll('.atv-line')].map("
+            "l => l.getAttribute('stroke'))).size"
+        )
+        assert strokes == 8, f"{strokes} line colours for 8 heads"
+        fills = {x["head"]: x["fill"] for x in labels}
+        assert len(set(fills.values())) == len(fills), "two heads share a colour"
+        assert b.locator(".atv-slot").count() == 8  # a coloured h1..h8 over the numbers
+        _shot(b, "all-heads", shots)
+
+        # Click pins a word: it stays through other hovers and a change of layer.
+        b.locator(".atv-tok[data-side='q'][data-index='4']").click()
+        a.locator(".atv-tok[data-side='q'][data-index='1']").hover()
+        assert b.evaluate(STATE_JS)["hover"] == "q4"
+        assert b.evaluate(STATE_JS)["pinned"] == "1"
+        b.locator(".atv-layer button[data-value='0']").click()
+        _check_labels(b, data_b[0]["cross"][0], range(8), "q", 4)
+        b.locator(".atv-tok[data-side='q'][data-index='4']").click()
+        assert b.evaluate(STATE_JS)["pinned"] == ""
+
+        # Decoder self-attention is causal: query 3 writes numbers for keys 0..3 only.
+        b.locator(".atv-kind button[data-value='decoder']").click()
+        b.locator(".atv-head button[data-value='0']").click()
+        b.locator(".atv-tok[data-side='q'][data-index='3']").hover()
+        labels = _check_labels(b, data_b[0]["decoder"][0], [0], "q", 3)
+        assert max(x["key"] for x in labels) <= 3
+
+        # Another sentence: the short one.
+        b.locator("select.atv-sentence").select_option("1")
+        assert b.evaluate(STATE_JS)["sentence"] == "1"
+        assert b.locator(".atv-tok[data-side='k']").count() == 8  # its 8 target tokens
+        b.locator(".atv-tok[data-side='k'][data-index='0']").hover()
+        _check_labels(b, data_b[1]["decoder"][0], [0], "k", 0)
+        _shot(b, "short-sentence", shots)  # short words: the column titles still fit
+
+        # View A (raw data, N=3, h=4) was not touched by any of this.
+        a.scroll_into_view_if_needed()
+        state = a.evaluate(STATE_JS)
+        assert (state["kind"], state["layer"], state["head"]) == ("encoder", "0", "all")
+        a.locator(".atv-layer button[data-value='2']").click()
+        a.locator(".atv-tok[data-side='k'][data-index='5']").hover()
+        _check_labels(a, data_a[0]["encoder"][2], range(4), "k", 5)
+        _shot(a, "small-model", shots)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shots.append(SCREENSHOTS / "attention-view-page.png")
+        page.screenshot(path=str(shots[-1]), full_page=True)
+    finally:
+        page.close()
+        with capsys.disabled():
+            print("".join(f"\nscreenshot: {s}" for s in shots))
+    assert not log["errors"], f"console errors: {log['errors']}"
+    remote = [u for u in log["requests"] if not u.startswith(("file://", "data:"))]
+    assert not remote, f"requests left file://: {remote}"
+
+
+def test_view_inside_the_page(tmp_path, browser, capsys):
+    """The view inside the blog page's own style: readable, no error, no request."""
+    if not PAGE.is_file():
+        pytest.skip(f"{PAGE} is missing")
+    rng = np.random.default_rng(5)
+    view = AttentionView(
+        [synthetic_sentence(rng, 25, 25, 6, 8), synthetic_sentence(rng, 11, 12, 6, 8)]
+    )
+    html = PAGE.read_text(encoding="utf-8")
+    assert "</main>" in html
+    out = tmp_path / "index.html"
+    out.write_text(
+        html.replace(
+            "</main>", f'<div class="output html">{view.html()}</div></main>', 1
+        ),
+        encoding="utf-8",
+    )
+    page, log = _open(browser, out, width=1280)
+    shots: list = []
+    try:
+        root = page.locator(".atv")
+        root.scroll_into_view_if_needed()
+        root.locator(".atv-tok[data-side='q'][data-index='6']").hover()
+        _check_labels(root, decode(view.html())[0]["encoder"][0], range(8), "q", 6)
+        # 8 heads of numbers and 25 tokens fit the page's reading column.
+        overflow = root.locator(".atv-scroll").evaluate(
+            "e => e.scrollWidth - e.clientWidth"
+        )
+        assert overflow <= 0, f"the view is {overflow}px wider than the page column"
+        _shot(root, "in-page", shots)
+    finally:
+        page.close()
+        with capsys.disabled():
+            print("".join(f"\nscreenshot: {s}" for s in shots))
+    assert not log["errors"], f"console errors: {log['errors']}"
+    remote = [u for u in log["requests"] if not u.startswith(("file://", "data:"))]
+    assert not remote, f"requests left file://: {remote}"
+
+
+# Runs in the page: insert the view's HTML the ways notebook front ends do.
+INSERT_JS = r"""
+html => {
+  // JupyterLab: innerHTML on an output node (its scripts do not run), then each
+  // <script> replaced by a fresh copy so that it runs; here while the node is still
+  // detached, so the copies run when it is attached.
+  const lab = document.createElement('div');
+  lab.id = 'lab';
+  lab.innerHTML = html;
+  for (const old of [...lab.querySelectorAll('script')]) {
+    const s = document.createElement('script');
+    for (const a of old.attributes) s.setAttribute(a.name, a.value);
+    s.textContent = old.textContent;
+    old.replaceWith(s);
+  }
+  document.body.append(lab);
+  // Classic notebook (jQuery): script text evaluated before the output is attached.
+  const classic = document.createElement('div');
+  classic.id = 'classic';
+  classic.innerHTML = html;
+  for (const s of classic.querySelectorAll('script:not([type])')) {
+    (0, eval)(s.textContent);
+  }
+  setTimeout(() => document.body.append(classic), 150);
+  // Colab: each output in a sandboxed iframe of its own.
+  const frame = document.createElement('iframe');
+  frame.id = 'colab';
+  frame.setAttribute('sandbox', 'allow-scripts');
+  frame.style.cssText = 'width: 1000px; height: 700px; border: 0';
+  frame.srcdoc = '<!doctype html><meta charset="utf-8"><body>' + html + '</body>';
+  document.body.append(frame);
+}
+"""
+
+
+def test_notebook_front_ends_in_chromium(tmp_path, browser, capsys):
+    """The same HTML set up as JupyterLab, the classic notebook and Colab insert it."""
+    rng = np.random.default_rng(6)
+    view = AttentionView([synthetic_sentence(rng, 9, 8, 2, 4, label="typed")])
+    html = view.html()
+    weights = decode(html)[0]["cross"][1]
+    blank = tmp_path / "blank.html"
+    blank.write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>front ends'
+        "</title></head><body></body></html>",
+        encoding="utf-8",
+    )
+    page, log = _open(browser, blank)
+    shots: list = []
+    try:
+        page.evaluate(INSERT_JS, html)
+        colab = page.frame_locator("#colab")
+        roots = {
+            "lab": page.locator("#lab .atv"),
+            "classic": page.locator("#classic .atv"),
+            "colab": colab.locator(".atv"),
+        }
+        for name, root in roots.items():
+            root.locator(".atv-svg").wait_for()  # drawn: the script found its root
+            assert root.get_attribute("data-ready") == "1", name
+            root.scroll_into_view_if_needed()
+            root.locator(".atv-kind button[data-value='cross']").click()
+            root.locator(".atv-layer button[data-value='1']").click()
+            root.locator(".atv-tok[data-side='q'][data-index='5']").click()  # pinned
+            _check_labels(root, weights, range(4), "q", 5)
+        _shot(roots["colab"], "colab-iframe", shots)
+    finally:
+        page.close()
+        with capsys.disabled():
+            print("".join(f"\nscreenshot: {s}" for s in shots))
+    assert not log["errors"], f"console errors: {log['errors']}"
+    remote = [u for u in log["requests"] if not u.startswith(("file://", "data:"))]
+    assert not remote, f"requests left file://: {remote}"
