@@ -46,15 +46,17 @@ sync: setup
 export: setup
 	$(PY) nbexport.py
 
+# AT_PROGRESS=0: the committed notebook keeps one line per evaluation, not every
+# refresh of a progress bar (they stay live in Jupyter).
 execute: sync export
-	$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+	AT_PROGRESS=0 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=-1 --ExecutePreprocessor.kernel_name=python3 $(NB).ipynb
 
 page: setup
 	$(PY) -m tools.render_page --strict --notebook $(NB).ipynb --out docs/index.html
 
 readme: setup
-	$(PY) tools/readme_results.py --notebook $(NB).ipynb
+	$(PY) -m tools.readme_results --notebook $(NB).ipynb
 
 run: execute readme page
 	@echo "executed $(NB).ipynb, copied its results into README.md, rendered docs/index.html"

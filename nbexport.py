@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
-import tempfile
 import types
 from pathlib import Path
 
@@ -61,22 +59,14 @@ def module_source(path: Path = NOTEBOOK) -> str:
     return "".join(parts)
 
 
-def _write_atomic(out: Path, text: str) -> None:
-    """Write via a temporary file and a rename: readers never see half a file."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out)
-
-
 def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
     """Write the module if it is missing or stale; returns its path. Several
     processes may do this at once: each writes the same text through a rename."""
     source = module_source(path)
     if not out.exists() or out.read_text() != source:
-        _write_atomic(out, source)
+        from atkit.files import write_text_atomic
+
+        write_text_atomic(out, source, fsync=False)
     return out
 
 

@@ -52,3 +52,54 @@ def write_bytes_atomic(path, data: bytes, *, fsync: bool = True) -> None:
     """Write `data` to `path` atomically (see `atomic_open`)."""
     with atomic_open(path, "wb", fsync=fsync) as f:
         f.write(data)
+
+
+class FolderBusyError(RuntimeError):
+    """Another process holds the folder's lock; the message names it."""
+
+
+class FolderLock:
+    """An exclusive lock on a folder, held through an open file (`.lock` inside it).
+
+    The kernel releases the lock when the holder's process ends, however it ends (a
+    killed run leaves no stale lock behind); the file itself stays and only records
+    who held it last, for the error message. Not re-entrant within one process.
+    """
+
+    def __init__(self, folder, what: str = "folder"):
+        self.path = Path(folder) / ".lock"
+        self.what = what
+        self._file = None
+
+    def acquire(self) -> FolderLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")  # noqa: SIM115 (kept open while the lock is held)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise FolderBusyError(
+                f"{self.path.parent} is in use by {holder}: one {self.what} at a "
+                "time. Wait for it to finish, stop it, or use another folder."
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        f.flush()
+        self._file = f
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file releases the lock
+            self._file = None
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -32,7 +32,7 @@ def lib():
     import nbexport
 
     module = nbexport.load()
-    module.torch.set_num_threads(module.torch_threads("ci"))
+    module.torch.set_num_threads(module.runtime.torch_threads("ci"))
     return module
 
 

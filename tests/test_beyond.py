@@ -20,7 +20,9 @@ TINY = {
     "d_model": 32,
     "d_ff": 64,
     "h": 2,
-    "epochs": 3,
+    "steps": 36,
+    "eval_every": 12,
+    "keep": 3,
     "warmup": 10,
     "max_len": 256,
     "max_sent_len": 48,
@@ -59,7 +61,7 @@ def test_bpe_has_part3_specials_and_vocab_interface(lib, bpe_data):
 
 
 def test_bpe_round_trips_training_sentences(lib, cfg, bpe_data):
-    root = str(lib.fetch_multi30k())
+    root = str(lib.corpus.fetch_multi30k())
     for lang in ("de", "en"):
         for tokens in lib.tokenized("train", lang, cfg.n_train, root)[:50]:
             ids = bpe_data.vocab_src.encode(tokens)
@@ -68,7 +70,7 @@ def test_bpe_round_trips_training_sentences(lib, cfg, bpe_data):
 
 
 def test_bpe_is_learnt_from_the_training_split_only(lib, cfg, bpe_data):
-    root = str(lib.fetch_multi30k())
+    root = str(lib.corpus.fetch_multi30k())
     train = [
         tokens
         for lang in ("de", "en")
@@ -86,7 +88,7 @@ def test_bpe_is_learnt_from_the_training_split_only(lib, cfg, bpe_data):
 def test_bpe_state_survives_a_weights_only_checkpoint(lib, bpe_data, tmp_path):
     bpe = bpe_data.vocab_src
     path = tmp_path / "ckpt.pt"
-    lib.save_checkpoint({"bpe": bpe.state()}, path)
+    lib.checkpoints.save_checkpoint({"bpe": bpe.state()}, path)
     state = torch.load(path, weights_only=True)["bpe"]
     assert state["model"].dtype == torch.uint8
     restored = lib.SharedBPE.from_state(state)
@@ -108,7 +110,7 @@ def test_directions_are_one_setting_apart(lib, cfg, bpe_cfg, bpe_data):
     assert [(t, s) for s, t in en_de.val] == bpe_data.val
     for split, (de, en) in bpe_data.text.items():
         assert en_de.text[split] == (en, de)
-    de, en = lib.read_split("test_2016_flickr", lib.fetch_multi30k())
+    de, en = lib.corpus.read_split("test_2016_flickr", lib.corpus.fetch_multi30k())
     assert bpe_data.text["test_2016_flickr"] == (de[: cfg.n_eval], en[: cfg.n_eval])
     with pytest.raises(ValueError, match="src_lang"):
         bpe_cfg.updated(src_lang="fr")
@@ -133,8 +135,8 @@ def test_tied_bpe_model_trains_and_translates_with_part3_code(lib, bpe_data, bpe
     out = translate("Ein Mann fährt Fahrrad.")
     assert isinstance(out, str) and "<s>" not in out and "\u2581" not in out
     sources = [s for s, _ in bpe_data.val[:6]]
-    greedy = lib.translate_ids(model, sources, batch_size=4)
-    assert lib.translate_ids(model, sources, 4, search=lib.beam(1)) == greedy
+    greedy = lib.translate_ids(model, sources, decode_tokens=60)
+    assert lib.translate_ids(model, sources, 60, search=lib.beam(1)) == greedy
 
 
 def test_bpe_checkpoint_carries_and_restores_the_vocabulary(
@@ -155,25 +157,23 @@ def test_bpe_checkpoint_carries_and_restores_the_vocabulary(
         lib.train(bpe_cfg, other, ckpt_dir, "cpu", log=quiet)
 
 
-def test_snapshots_average_around_the_best_epoch(lib, bpe_cfg, bpe_run):
+def test_snapshots_average_around_the_best_step(lib, bpe_cfg, bpe_run):
     ckpt_dir, model, history = bpe_run
-    paths = [lib.snapshot_path(ckpt_dir, e) for e in range(1, bpe_cfg.epochs + 1)]
+    assert history["steps"] == [12, 24, 36]
+    paths = [lib.snapshot_path(ckpt_dir, s) for s in history["steps"]]
     steps = [torch.load(p, weights_only=True)["step"] for p in paths]
-    assert steps == history["steps"] and steps == sorted(set(steps))
+    assert steps == history["steps"]
     final = model.state_dict()
     first = torch.load(paths[0], weights_only=True)["model"]
     assert any(not torch.equal(first[k], final[k]) for k in final), "not earlier"
-    best = lib.best_epoch(history)
-    avg = lib.averaged_model(ckpt_dir, history, "cpu", n_avg=2)
-    window = paths[max(0, best - 2) : best]
-    expected = lib.average_checkpoints(window)
+    best = history["steps"].index(history["best_step"])
+    n_avg = min(2, best + 1)
+    avg = lib.averaged_model(ckpt_dir, history, "cpu", n_avg=n_avg)
+    expected = lib.average_checkpoints(paths[best - n_avg + 1 : best + 1])
     for name, value in avg.state_dict().items():
         assert torch.equal(value, expected[name]), name
-    # `upto` chooses among the first epochs only: a shorter run of the same kind
-    assert lib.best_epoch(history, upto=1) == 1
-    first_model = lib.best_model(ckpt_dir, history, "cpu", upto=1)
-    for name, value in first_model.state_dict().items():
-        assert torch.equal(value, first[name]), name
+    with pytest.raises(ValueError, match="n_avg"):
+        lib.averaged_model(ckpt_dir, history, "cpu", n_avg=best + 2)
 
 
 # --- beam search --------------------------------------------------------------------
@@ -442,8 +442,8 @@ def test_buffers_and_non_float_entries(lib):
 
 def test_averaging_reads_checkpoint_files(lib, tmp_path):
     a, b = tiny_state(lib, 0), tiny_state(lib, 1)
-    lib.save_checkpoint({"model": a, "step": 1}, tmp_path / "a.pt")  # Part 3 layout
-    lib.save_checkpoint(b, tmp_path / "b.pt")  # a bare state dict
+    lib.checkpoints.save_checkpoint({"model": a, "step": 1}, tmp_path / "a.pt")
+    lib.checkpoints.save_checkpoint(b, tmp_path / "b.pt")  # a bare state dict
     from_files = lib.average_checkpoints([str(tmp_path / "a.pt"), tmp_path / "b.pt"])
     from_dicts = lib.average_checkpoints([a, b])
     for name in a:

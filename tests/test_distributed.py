@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-import nbexport
+from atkit import cli, runtime
+from atkit import launch as launcher
 
 SETTINGS = ["n_train=240", "max_tokens=160", "d_model=32", "h=2", "d_ff=64", "N=1",
             "n_eval=40", "warmup=100", "factor=1.0", "P_drop=0.0"]  # fmt: skip
@@ -25,15 +26,17 @@ def cli_args(ckpt_dir, *extra):
 
 # Each worker runs this before train_cli: test-only changes stay in the tests.
 SGD = (
-    "import torch, annotated_transformer_lib as m\n"
-    "def sgd(model, d_model, factor=1.0, warmup=4000, fused=False):\n"
+    "import torch, nbexport\n"
+    "m = nbexport.load()\n"
+    "def sgd(model, d_model, factor=1.0, warmup=4000, fused=False, **kw):\n"
     "    opt = torch.optim.SGD(model.parameters(), lr=0.5)\n"
     "    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))\n"
     "m.make_optimizer = sgd\n"
 )
-LOCAL_NORM = "import annotated_transformer_lib as m\nm.DataParallel.norm = None\n"
+LOCAL_NORM = "import nbexport\nm = nbexport.load()\nm.DataParallel.norm = None\n"
 FAULT = (
-    "import os, time, annotated_transformer_lib as m\n"
+    "import os, time, nbexport\n"
+    "m = nbexport.load()\n"
     "step, original = [0], m.train_step\n"
     "def faulty(*a, **k):\n"
     "    out = original(*a, **k)\n"
@@ -49,10 +52,10 @@ FAULT = (
 
 
 def launch(lib, args, prelude="", nproc=2, timeout_s=180):
-    code = prelude + lib.WORKER_CODE
+    code = prelude + launcher.WORKER_CODE
     start = time.monotonic()
-    rc, out = lib.launch_torchrun(
-        args, nbexport.export().parent, nproc=nproc, code=code, timeout_s=timeout_s,
+    rc, out = launcher.launch_torchrun(
+        args, nproc=nproc, code=code, timeout_s=timeout_s,
         env={"OMP_NUM_THREADS": "1"}, check=False, echo=False,
     )  # fmt: skip
     return rc, out, time.monotonic() - start
@@ -91,9 +94,9 @@ def test_epoch_order_is_a_seeded_permutation(lib):
 def reference_run(lib, tmp_path, world, steps, optimizer="adam"):
     """One process, one optimiser step per group of `world` consecutive batches of
     the epoch's order: the global batch that the `world` ranks share."""
-    cfg = lib.run_config("ci", **dict(lib.parse_setting(s) for s in SETTINGS))
+    cfg = lib.run_config("ci", **dict(cli.parse_setting(s) for s in SETTINGS))
     data = lib.copy_task_data(cfg)
-    run = lib.start_run(cfg, data, lib.prepare_ckpt_dir(tmp_path), "cpu")
+    run = lib.start_run(cfg, data, lib.checkpoints.prepare_ckpt_dir(tmp_path), "cpu")
     model = run.model
     if optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -181,16 +184,19 @@ def test_ddp_checkpoint_is_the_notebook_format(lib, ddp_runs, tmp_path):
 
 
 def test_a_full_ddp_run_logs_once_and_finishes(lib, tmp_path):
-    rc, log, _ = launch(lib, cli_args(tmp_path, "--set", "epochs=2"))
+    args = cli_args(tmp_path, "--set", "steps=20", "--set", "eval_every=10")
+    rc, log, _ = launch(lib, args)
     assert rc == 0, log[-3000:]
     # stdout and the progress bars' stderr share the log: a line may follow a "\r"
-    assert log.count("epoch 1: train loss") == 1, "rank 0 only"
-    assert log.count("epoch 2: train loss") == 1
+    assert log.count("step    10: train loss") == 1, "rank 0 only"
+    assert log.count("step    20: train loss") == 1
     assert "tokens_per_s_per_process" in log
-    assert (tmp_path / "epoch002.pt").exists() and (tmp_path / "results.json").exists()
+    assert (tmp_path / "step000020.pt").exists() and (
+        tmp_path / "results.json"
+    ).exists()
     # each worker gets its share of the cores, and idle threads sleep (Setup's rule)
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["torch_threads"] == lib.torch_threads(results["preset"], 2)
+    assert results["torch_threads"] == runtime.torch_threads(results["preset"], 2)
     assert results["omp_wait_policy"] == "PASSIVE"
 
 
@@ -218,8 +224,8 @@ def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, tmp_path):
 
 def test_launcher_raises_with_the_output_tail(lib):
     with pytest.raises(RuntimeError, match="exited with code"):
-        lib.launch_torchrun(["--task", "nonsense"], nbexport.export().parent,
-                            nproc=1, timeout_s=60, echo=False)  # fmt: skip
+        launcher.launch_torchrun(["--task", "nonsense"], nproc=1, timeout_s=60,
+                                 echo=False)  # fmt: skip
 
 
 def test_too_few_gpus_is_a_clear_error(lib, monkeypatch):
@@ -228,4 +234,4 @@ def test_too_few_gpus_is_a_clear_error(lib, monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(RuntimeError, match="--device cpu"):
-        lib.setup_distributed("cuda")
+        launcher.setup_distributed("cuda")

@@ -6,6 +6,8 @@ import copy
 import pytest
 import torch
 
+from atkit import runtime
+
 
 def padded_batch(lib, V, lengths, seed=0):
     gen = torch.Generator().manual_seed(seed)
@@ -119,23 +121,113 @@ def test_accumulated_micro_batches_equal_one_big_batch(lib):
     assert moved < 1e-5, f"accumulated step differs by {moved}"
 
 
-def test_precision_choices(lib, monkeypatch):
-    for amx, name in ((False, "fp32"), (True, "bf16")):
+def test_precision_by_capability(lib, monkeypatch):
+    """ "auto" asks the hardware: bfloat16 only where it is native (sm80+ GPUs, CPUs
+    with AMX or AVX512-BF16), float16 with a GradScaler on older GPUs; faked here."""
+    for amx, avx, name in ((False, False, "fp32"), (True, False, "bf16"),
+                           (False, True, "bf16")):  # fmt: skip
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda a=avx: a)
         assert lib.choose_precision("cpu").name == name
-    assert lib.choose_precision("cpu", "bf16").dtype is torch.bfloat16
-    assert lib.choose_precision("cpu", "fp32").dtype is None
-    for supported, dtype in ((True, torch.bfloat16), (False, torch.float16)):
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
+        assert runtime.auto_precision("cpu")[0] == name
+    # torch.cuda.is_bf16_supported() says True on a T4 (emulation): never asked
+    monkeypatch.setattr(
+        torch.cuda,
+        "is_bf16_supported",
+        lambda *a, **k: pytest.fail("is_bf16_supported was asked"),
+    )
+    for cap, dtype in (
+        ((7, 5), torch.float16),
+        ((7, 0), torch.float16),
+        ((8, 0), torch.bfloat16),
+        ((9, 0), torch.bfloat16),
+    ):
+        monkeypatch.setattr(runtime, "gpu_capability", lambda d, c=cap: c)
         precision = lib.choose_precision("cuda")
-        assert precision.dtype is dtype
-        # a GPU without bfloat16 (a Colab T4) gets float16 with a GradScaler
+        assert precision.dtype is dtype, cap
         assert (precision.scaler is not None) == (dtype is torch.float16)
+    monkeypatch.setattr(runtime, "gpu_capability", lambda d: (7, 5))  # a Colab T4
+    with pytest.raises(lib.ConfigError, match="emulates"):
+        lib.choose_precision("cuda", "bf16")
+    assert lib.choose_precision("cuda", "fp16").scaler is not None
     with pytest.raises(ValueError, match="fp16"):
         lib.choose_precision("cpu", "fp16")
     with pytest.raises(ValueError, match="precision"):
         lib.choose_precision("cpu", "fp8")
     assert lib.choose_precision("cpu", "bf16").scaler is None
+    assert lib.choose_precision("cpu", "fp32").dtype is None
+
+
+def test_compile_only_where_it_works(lib, monkeypatch):
+    m = torch.nn.Linear(2, 2)
+    monkeypatch.setattr(runtime, "gpu_capability", lambda d: (6, 0))  # a P100
+    assert runtime.compile_works("cuda")[0] is False
+    assert lib.maybe_compile(m, True, "cuda") is m
+    monkeypatch.setattr(runtime, "gpu_capability", lambda d: (7, 5))
+    assert runtime.compile_works("cuda")[0] is True
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no C++ compiler
+    assert runtime.compile_works("cpu")[0] is False
+    assert lib.maybe_compile(m, True, "cpu") is m
+
+
+def test_one_compiled_graph_for_an_epoch_of_shapes(lib, monkeypatch):
+    """maybe_compile turns duck sizing off, so an epoch's batch shapes (S == T for
+    some batches, not for others) share one graph; with duck sizing there are two."""
+    import torch._dynamo
+    import torch.fx.experimental._config as fx_config
+    from torch._dynamo.testing import CompileCounter
+
+    cfg = lib.run_config("ci", n_train=400, pad_multiple=8)
+    data = lib.prepare_data(cfg)
+    batches = lib.make_batches(data.train, cfg, "cpu")
+    shapes = {(b.src.size(1), b.tgt.size(1)) for b in batches}
+    assert any(s == t for s, t in shapes) and any(s != t for s, t in shapes), shapes
+    counts = {}
+    for duck in (True, False):
+        monkeypatch.setattr(fx_config, "use_duck_shape", True)
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        original = torch.compile
+        monkeypatch.setattr(torch, "compile", lambda m, o=original, c=counter, **kw: o(
+            m, backend=c, **kw))  # fmt: skip
+        model = lib.build_model(cfg.model, len(data.vocab_src), len(data.vocab_tgt))
+        lib.set_fast_path(model)
+        if duck:  # what torch.compile(dynamic=True) does by default
+            net = torch.compile(model, dynamic=True)
+        else:
+            net = lib.maybe_compile(model, True, "cpu")
+        order = sorted(batches, key=lambda b: b.src.size(1) != b.tgt.size(1))
+        with torch.no_grad():
+            for b in order:  # a batch with S == T comes first
+                net(b.src, b.tgt, b.src_mask, b.tgt_mask)
+        counts[duck] = counter.frame_count
+        monkeypatch.setattr(torch, "compile", original)
+    torch._dynamo.reset()
+    assert counts == {True: 2, False: 1}, counts
+
+
+def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
+    """A float16 run's GradScaler (its scale and growth counter) is part of last.pt
+    and comes back on resume; exercised on the CPU with an fp32 step."""
+    cfg = lib.run_config("ci", n_train=60, n_eval=8, steps=6, eval_every=3,
+                         max_tokens=200, N=1, d_model=32, d_ff=64, h=2)  # fmt: skip
+    data = lib.prepare_data(cfg)
+
+    def with_scaler(device, precision="auto"):
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+        return lib.Precision(None, "cpu", scaler)
+
+    monkeypatch.setattr(lib, "choose_precision", with_scaler)
+    whole, _ = lib.train(cfg, data, tmp_path / "whole", "cpu", log=lambda *a: None)
+    lib.train(cfg, data, tmp_path / "cut", "cpu", max_steps=4, log=lambda *a: None)
+    state = lib.checkpoints.load_checkpoint(tmp_path / "cut" / "last.pt")
+    assert state["scaler"]["scale"] == 2.0**12  # grown twice in 4 steps
+    run = lib.start_run(cfg, data, tmp_path / "cut", "cpu")
+    assert run.precision.scaler.get_scale() == 2.0**12
+    resumed, _ = lib.train(cfg, data, tmp_path / "cut", "cpu", log=lambda *a: None)
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(),
+                            strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
 
 
 def test_bf16_autocast_step_is_close_to_fp32(lib):

@@ -382,7 +382,7 @@ def test_greedy_decode_same_with_and_without_cache(lib, norm):
             ),
             "mask",
         ),
-        (lambda lib: lib.choose_preset({"AT_PRESET": "tpu"}), "AT_PRESET"),
+        (lambda lib: lib.runtime.choose_preset({"AT_PRESET": "tpu"}), "AT_PRESET"),
     ],
 )
 def test_bad_settings_raise_value_error_naming_the_argument(lib, call, word):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat

@@ -65,7 +65,7 @@ def test_exported_module_is_importable_by_other_processes(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={"AT_PRESET": "ci", "PATH": "/usr/bin:/bin"},
+        env={"AT_PRESET": "ci", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
@@ -90,7 +90,8 @@ def test_tools_and_tests_edit_no_sys_path():
 
 def test_readme_results_are_those_of_the_committed_notebook():
     r = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "readme_results.py"), "--check"],
+        [sys.executable, "-m", "tools.readme_results", "--check"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
@@ -99,14 +100,21 @@ def test_readme_results_are_those_of_the_committed_notebook():
 
 
 def test_wait_policy_is_set_before_any_cell_imports_torch():
-    """Setup's OMP_WAIT_POLICY only works if it runs before torch loads (in Jupyter, in
+    """OMP_WAIT_POLICY only works if it is set before torch loads: the Setup cell and
+    the library's imports start with atkit.runtime, which sets it (in Jupyter, and in
     the generated module for tools and DDP workers)."""
-    code = [c.source for c in jupytext.read(MD).cells if c.cell_type == "code"]
-    sets = next(i for i, s in enumerate(code) if "OMP_WAIT_POLICY" in s)
+    lines = [
+        ln
+        for c in jupytext.read(MD).cells
+        if c.cell_type == "code"
+        for ln in c.source.splitlines()
+        if ln.startswith(("import ", "from "))
+    ]
+    runtime = next(i for i, ln in enumerate(lines) if ln.startswith("from atkit import"))
     first_torch = next(
-        i for i, s in enumerate(code) if "import torch" in s or "from torch" in s
+        i for i, ln in enumerate(lines) if ln.startswith(("import torch", "from torch"))
     )
-    assert sets < first_torch
+    assert "runtime" in lines[runtime] and runtime < first_torch
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     probe = (
         "import nbexport, os, sys; nbexport.load(); "

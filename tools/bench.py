@@ -1,29 +1,32 @@
 """Training throughput of the didactic step and the fast step: same model, same batches.
 
     python -m tools.bench                          # the preset's model (cpu: "small")
-    python -m tools.bench --preset gpu             # the base model, bf16, compiled
-    python -m tools.bench --preset gpu --set max_tokens=16000 --vocab 37000
-    python -m tools.bench --precision bf16         # bf16 autocast on the CPU too
+    python -m tools.bench --preset gpu             # the gpu preset's model, compiled
+    python -m tools.bench --preset gpu --size base # the paper's base model (Table 3)
+    python -m tools.bench --precision fp32         # the fast path in float32
 
 The didactic path is Parts 1-2 as written: attention and LayerNorm as explicit tensor
 operations, log-softmax + LabelSmoothing, float32, Adam's per-tensor update. The fast
-path is Part 2's fast step: sdpa attention, fused LayerNorm, F.cross_entropy with label
-smoothing, fused Adam, the preset's precision (bf16 on GPUs that have it, fp16 with a
-GradScaler on those that do not) and, where the preset says so, torch.compile. Both use
-the notebook's `train_step`, which never waits for the device. Throughput is counted in
-label (target) tokens per second, as everywhere in the notebook. Paths alternate round
-by round so that load from other processes hits both alike; the best round counts.
+path is Part 2's fast step in the preset's precision ("auto": what the hardware does
+best) and, where the preset says so, compiled. Both are assembled by the notebook's
+`training_parts` and trained by its `train_step`, on batches made by its `make_batches`.
+Throughput is counted in label (target) tokens per second. Paths alternate round by
+round so that load from other processes hits both alike; the best round counts.
 
-Peak memory is the training's peak above the model and data: max_memory_allocated on a
-GPU; on a CPU the growth of the resident set's high-water mark in a fresh process per
-path. On a GPU the script also prints MFU, the share of the GPU's dense bf16 peak that
-the step's matrix products reach.
+Besides tokens/s the script prints the arithmetic rate the step achieves (FLOP/s, from
+PyTorch's FlopCounterMode on one step of each batch: forward and backward) and, on a
+GPU, MFU: that rate as a share of the GPU's dense bf16 (fp16) peak. On a CPU it prints
+the features that decide the precision (AMX, AVX512-BF16) instead. Peak memory is the
+training's peak above the model and data: max_memory_allocated on a GPU; on a CPU the
+growth of the resident set's high-water mark in a fresh process per path.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import re
 import resource
 import statistics
 import subprocess
@@ -31,10 +34,10 @@ import sys
 import time
 from pathlib import Path
 
-import nbexport
+from atkit import cli, runtime
 
 # Dense bf16 (fp16 where the GPU has no bf16) tensor-core peaks, FLOP/s, from the
-# vendors' data sheets. First match wins, so the specific names come first.
+# vendors' data sheets. Names match as whole words, specific ones first.
 PEAK_FLOPS = [
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
@@ -43,6 +46,7 @@ PEAK_FLOPS = [
     ("GH200", 989e12),
     ("A100", 312e12),
     ("L40S", 362e12),
+    ("L40", 181e12),
     ("L4", 121e12),
     ("A10", 125e12),
     ("4090", 165e12),
@@ -50,97 +54,93 @@ PEAK_FLOPS = [
     ("T4", 65e12),  # fp16
     ("P100", 18.7e12),  # fp16; the paper's GPU (§5.2)
 ]
+PATHS = ("didactic", "fast")
 
 
 def peak_flops(device_name: str) -> float | None:
     for key, flops in PEAK_FLOPS:
-        if key.lower() in device_name.lower():
+        if re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", device_name, re.I):
             return flops
     return None
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def paths_arg(text: str) -> list[str]:
+    paths = text.split(",")
+    bad = [p for p in paths if p not in PATHS] or (len(set(paths)) < len(paths))
+    if bad or not paths:
+        raise argparse.ArgumentTypeError(f"choose from {PATHS}, comma-separated")
+    return paths
+
+
 def parse_args(lib, argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=lib.PRESET_NAMES, default=None)
+    p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
+    cli.add_set_option(p)
     p.add_argument(
-        "--set",
-        dest="changes",
-        action="append",
-        default=[],
-        type=lib.parse_setting,
-        metavar="KEY=VALUE",
-        help="change a RunConfig or ModelConfig setting",
-    )
-    p.add_argument("--vocab", type=int, default=None, help="default: bpe_size")
-    p.add_argument("--batches", type=int, default=8, help="distinct batches")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per round")
-    p.add_argument("--rounds", type=int, default=3)
+        "--size", choices=sorted(lib.MODEL_SIZES), default=None,
+        help="a named model size instead of the preset's model",
+    )  # fmt: skip
+    p.add_argument("--vocab", type=positive, default=None, help="default: bpe_size")
+    p.add_argument("--batches", type=positive, default=8, help="distinct batches")
+    p.add_argument("--steps", type=positive, default=3, help="timed steps per round")
+    p.add_argument("--rounds", type=positive, default=3)
     p.add_argument(
-        "--precision",
-        choices=lib.PRECISIONS,
-        default=None,
+        "--precision", choices=lib.PRECISIONS, default=None,
         help="fast path precision (default: the preset's)",
-    )
+    )  # fmt: skip
     p.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
+        "--compile", action=argparse.BooleanOptionalAction, default=None,
         help="torch.compile the fast path (default: the preset's)",
-    )
+    )  # fmt: skip
     p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
+        "--threads", type=positive, default=None,
         help="torch threads (default: Setup's rule for the preset)",
-    )
-    p.add_argument("--paths", default="didactic,fast")
+    )  # fmt: skip
+    p.add_argument("--paths", type=paths_arg, default=list(PATHS))
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path, default=None, help="also write figures here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.preset = args.preset or runtime.choose_preset()
+    cfg = cli.config_from_args(lib, p, args.preset, args.changes)
+    if args.size:
+        model = lib.model_config(args.size, norm=cfg.model.norm, max_len=256)
+        cfg = dataclasses.replace(cfg, model=model)
+    return args, cfg
 
 
-def make_batches(lib, cfg, vocab, n_batches, device):
-    """Sentence pairs with Multi30k-like lengths, bucketed by the notebook's
-    bucket_batches under the preset's token budget."""
+def synthetic_pairs(lib, cfg, vocab, n_batches):
+    """Sentence pairs with Multi30k-like lengths (about 14 ids)."""
     torch = lib.torch
     gen = torch.Generator().manual_seed(0)
     n = n_batches * cfg.max_tokens // 12
     src_len = (torch.randn(n, generator=gen) * 5 + 14).clamp(4, 40).long().tolist()
-    tgt_len = [
-        max(4, min(40, s + d))
-        for s, d in zip(
-            src_len, torch.randint(-3, 4, (n,), generator=gen).tolist(), strict=True
-        )
-    ]
-    pairs = [
+    shift = torch.randint(-3, 4, (n,), generator=gen).tolist()
+    tgt_len = [max(4, min(40, s + d)) for s, d in zip(src_len, shift, strict=True)]
+    return [
         (
             torch.randint(4, vocab, (s,), generator=gen).tolist(),
             torch.randint(4, vocab, (t,), generator=gen).tolist(),
         )
         for s, t in zip(src_len, tgt_len, strict=True)
     ]
-    buckets = lib.bucket_batches(pairs, cfg.max_tokens)[:n_batches]
-    return [lib.collate(pairs, b, cfg.pad_multiple).to(device) for b in buckets]
 
 
-def build(lib, cfg, vocab, path, device, precision_name, compile_model):
-    """(model, loss_compute, optimizer, scheduler, precision) for a path."""
-    torch = lib.torch
-    torch.manual_seed(0)
-    model = lib.build_model(cfg.model, vocab, vocab).to(device)
-    d_model = cfg.model.d_model
+def build(lib, cfg, vocab, path, device, precision, compile_model):
+    """(model to call, loss_compute, optimizer, scheduler, precision) for a path."""
     if path == "didactic":
-        lib.set_fast_path(model, fast=False)
-        optimizer, scheduler = lib.make_optimizer(model, d_model, warmup=400)
-        crit = lib.LabelSmoothing(vocab, lib.PAD, cfg.eps_ls)
-        loss = lib.SimpleLossCompute(model.generator, crit)
-        return model, loss, optimizer, scheduler, None
-    precision = lib.choose_precision(device, precision_name)
-    lib.set_fast_path(model, attn_impl=lib.fast_attention_impl(precision))
-    optimizer, scheduler = lib.make_optimizer(model, d_model, warmup=400, fused=True)
-    loss = lib.FastLossCompute(model.generator, lib.PAD, cfg.eps_ls)
-    net = lib.maybe_compile(model, compile_model)
-    return net, loss, optimizer, scheduler, precision
+        cfg = cfg.updated(fast=False, precision="fp32", compile=False)
+    else:
+        cfg = cfg.updated(fast=True, precision=precision, compile=compile_model)
+    model, opt, sched, loss, prec = lib.training_parts(cfg, vocab, vocab, device)
+    net = lib.maybe_compile(model, cfg.compile, device)
+    return net, loss, opt, sched, prec
 
 
 def run_steps(lib, setup, batches, k, start_index=0):
@@ -155,14 +155,29 @@ def run_steps(lib, setup, batches, k, start_index=0):
     return tokens
 
 
-def matmul_flops_per_step(model, batch, pad):
-    """6 x (encoder weights x source tokens + (decoder + generator weights) x target
-    tokens); embeddings are lookups, and attention's own products are left out."""
-    enc = sum(p.numel() for p in model.encoder.parameters())
-    dec = sum(p.numel() for p in model.decoder.parameters())
-    gen = model.generator.proj.weight.numel()
-    n_src = int((batch.src != pad).sum())
-    return 6 * (enc * n_src + (dec + gen) * batch.ntokens)
+def step_flops(lib, setup, batches) -> float:
+    """FLOPs of one training step per batch (forward + backward), counted by
+    PyTorch, averaged per label token."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model, loss_compute, _, _, precision = setup
+    model = getattr(model, "_orig_mod", model)
+    total = tokens = 0
+    for b in batches:
+        counter = FlopCounterMode(display=False)
+        with counter, precision.autocast() if precision else _nothing():
+            out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)
+            loss_compute(out, b.tgt_y, b.ntokens)[1].backward()
+        model.zero_grad(set_to_none=True)
+        total += counter.get_total_flops()
+        tokens += b.ntokens
+    return total / tokens
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def rss_mib(field: str) -> float:
@@ -192,24 +207,36 @@ def cpu_peak_mib(argv, path) -> float:
     return json.loads(out.strip().splitlines()[-1])["peak_mib"]
 
 
+def cpu_features() -> str:
+    torch = runtime.torch
+    flags = {
+        "AMX": getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)(),
+        "AVX512-BF16": getattr(torch.cpu, "_is_avx512_bf16_supported", bool)(),
+        "AVX512": getattr(torch.cpu, "_is_avx512_supported", lambda: False)(),
+    }
+    have = [name for name, on in flags.items() if on] or ["none of AMX/AVX512"]
+    aten = torch.backends.cpu.get_cpu_capability()
+    return f"CPU features: {', '.join(have)} (ATen kernels: {aten})"
+
+
 def main(argv=None) -> int:
+    import nbexport
+
     argv = sys.argv[1:] if argv is None else argv
     lib = nbexport.load()
     torch = lib.torch
-    args = parse_args(lib, argv)
-    preset = args.preset or lib.choose_preset()
-    cfg = lib.run_config(preset, **dict(args.changes))
+    args, cfg = parse_args(lib, argv)
     vocab = args.vocab or cfg.bpe_size
     precision_name = args.precision or cfg.precision
     compile_model = cfg.compile if args.compile is None else args.compile
-    torch.set_num_threads(args.threads or lib.torch_threads(preset))
-    device = lib.default_device()
-    batches = make_batches(lib, cfg, vocab, args.batches, device)
-    paths = args.paths.split(",")
+    torch.set_num_threads(args.threads or runtime.torch_threads(args.preset))
+    device = runtime.default_device()
+    pairs = synthetic_pairs(lib, cfg, vocab, args.batches)
+    batches = lib.make_batches(pairs, cfg, device)[: args.batches]
+    paths = args.paths
     if args.memory_child:
-        setup = build(
-            lib, cfg, vocab, args.memory_child, device, precision_name, compile_model
-        )
+        setup = build(lib, cfg, vocab, args.memory_child, device, precision_name,
+                      compile_model)  # fmt: skip
         memory_child(lib, setup, batches)
         return 0
     setups = {
@@ -219,20 +246,26 @@ def main(argv=None) -> int:
     model = getattr(setups[paths[0]][0], "_orig_mod", setups[paths[0]][0])
     n_params = sum(p.numel() for p in model.parameters())
     ntok = [b.ntokens for b in batches]
-    fast = setups.get("fast")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     print(
-        f"device {device}"
-        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+        f"device {device}" + (f" ({name})" if name else "")
         + f", torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
-    )
+    )  # fmt: skip
+    if device.type == "cpu":
+        print(cpu_features())
+    auto, why = runtime.auto_precision(device)
+    print(f'precision="auto" here: {auto} ({why})')
     m = cfg.model
     print(
-        f"preset {preset}: N={m.N} d_model={m.d_model} d_ff={m.d_ff} h={m.h} "
+        f"preset {args.preset}: N={m.N} d_model={m.d_model} d_ff={m.d_ff} h={m.h} "
         f"vocab={vocab}: {n_params / 1e6:.1f}M parameters; {len(batches)} batches "
         f"of {min(ntok)}-{max(ntok)} label tokens (max_tokens {cfg.max_tokens})"
     )
-    if fast:
-        print(f"fast path: precision {fast[4].name}, compile={compile_model}")
+    if "fast" in setups:
+        fast = setups["fast"]
+        impl = lib.fast_attention_impl(fast[4])
+        print(f"fast path: precision {fast[4].name}, attention {impl}, "
+              f"compile={compile_model and fast[0] is not model}")  # fmt: skip
     for p in paths:  # warm-up: first-call allocations, kernel selection, compiling
         t = time.perf_counter()
         run_steps(lib, setups[p], batches, 1)
@@ -256,47 +289,41 @@ def main(argv=None) -> int:
             flush=True,
         )
     figures = {}
+    peak = peak_flops(name) if name else None
     for p in paths:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
             run_steps(lib, setups[p], batches, 2)
-            peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+            mem = (torch.cuda.max_memory_allocated(device) - base) / 2**20
         else:
-            peak = cpu_peak_mib(argv, p)
+            mem = cpu_peak_mib(argv, p)
+        rate = max(rates[p])
+        flops = step_flops(lib, setups[p], batches) * rate
         figures[p] = {
-            "tokens_per_s": max(rates[p]),
+            "tokens_per_s": rate,
             "tokens_per_s_median": statistics.median(rates[p]),
-            "peak_mib": peak,
+            "flops_per_s": flops,
+            "peak_mib": mem,
         }
+        if peak:
+            figures[p]["mfu"] = flops / peak
     print()
     for p, f in figures.items():
+        mfu = f", MFU {f['mfu']:.1%} of {peak / 1e12:.0f} TFLOP/s" if peak else ""
         print(
             f"{p:>9}: {f['tokens_per_s']:>10,.0f} label tok/s (best round; median "
-            f"{f['tokens_per_s_median']:,.0f}), peak memory {f['peak_mib']:,.0f} "
-            "MiB above model and data"
+            f"{f['tokens_per_s_median']:,.0f}), {f['flops_per_s'] / 1e9:,.1f} "
+            f"GFLOP/s{mfu}, peak memory {f['peak_mib']:,.0f} MiB above model and data"
         )
     if {"didactic", "fast"} <= set(figures):
         ratio = figures["fast"]["tokens_per_s"] / figures["didactic"]["tokens_per_s"]
         figures["speedup"] = ratio
         print(f"fast / didactic: {ratio:.2f}x label tokens/s")
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        peak = peak_flops(name)
-        flops = sum(matmul_flops_per_step(model, b, lib.PAD) for b in batches)
-        flops /= sum(ntok)
-        for p in paths:
-            rate = figures[p]["tokens_per_s"]
-            line = f"{p:>9}: {rate:,.0f} label tok/s per GPU"
-            if peak:
-                figures[p]["mfu"] = flops * rate / peak
-                line += (
-                    f", MFU {figures[p]['mfu']:.1%} of {peak / 1e12:.0f} "
-                    f"TFLOP/s ({name})"
-                )
-            print(line)
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        from atkit.files import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(figures, indent=2) + "\n")
     return 0
 
 

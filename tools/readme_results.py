@@ -1,7 +1,7 @@
 """Copy the outputs of the notebook's `results` cells into README.md.
 
-    python tools/readme_results.py           # rewrite the block between the markers
-    python tools/readme_results.py --check   # exit 1 if the README's block is stale
+    python -m tools.readme_results           # rewrite the block between the markers
+    python -m tools.readme_results --check   # exit 1 if the README's block is stale
 
 The README never states a figure of its own: the block between the markers below is the
 printed output of the cells tagged `results` in the executed `.ipynb`, so the README,
@@ -36,6 +36,13 @@ def results_block(notebook: Path) -> str:
             continue
         if "results" not in cell.metadata.get("tags", []):
             continue
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if errors:
+            raise SystemExit(
+                f"the `results` cell under {heading!r} ended in an error "
+                f"({errors[0].get('ename')}): run the notebook again; README.md was "
+                "left as it was"
+            )
         text = "".join(
             o.get("text", "")
             for o in cell.get("outputs", [])
@@ -84,13 +91,15 @@ def main() -> int:
         if new != old:
             print(
                 "README.md's results are not those of the notebook: run "
-                "`python tools/readme_results.py`",
+                "`python -m tools.readme_results`",
                 file=sys.stderr,
             )
             return 1
         return 0
     if new != old:
-        args.readme.write_text(new)
+        from atkit.files import write_text_atomic
+
+        write_text_atomic(args.readme, new)
     return 0
 
 

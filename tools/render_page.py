@@ -157,6 +157,11 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
             if out.output_type == "error":
                 self.page.errors.append(f"{_where(cell)}: {out.ename}: {out.evalue}")
             if out.output_type != "stream":
+                svg = out.get("data", {}).get("image/svg+xml")
+                if svg:  # drawn inline: drop the XML prolog a document may not hold
+                    out.data["image/svg+xml"] = re.sub(
+                        r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", "", svg
+                    )
                 outputs.append(out)
                 continue
             # An unfinished last line left blank is a cleared progress bar: the next
@@ -267,7 +272,8 @@ def _exporter(page: Page) -> PageExporter:
     c.HTMLExporter.exclude_output_prompt = True
     # The kinds of output the template shows, best first.
     c.NbConvertBase.display_data_priority = [
-        "text/html", "text/markdown", "image/png", "image/jpeg", "text/plain",
+        "text/html", "text/markdown", "image/svg+xml", "image/png", "image/jpeg",
+        "text/plain",
     ]  # fmt: skip
     exporter = PageExporter(
         config=c,

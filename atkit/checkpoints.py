@@ -1,0 +1,242 @@
+"""Checkpoint files: written atomically, read safely, one run per folder.
+
+* A checkpoint is written to a temporary file beside its destination and renamed over
+  it only when complete (atkit.files); a crash or a full disk leaves the old file.
+* Everything in it is a tensor, a number, a string or a list/dict of those, so it loads
+  with torch.load(weights_only=True), which refuses to run code stored in a file.
+* A file that cannot be used is reported by name (CheckpointError), never as a bare
+  error from deep inside torch.
+* A run holds a lock on its folder (atkit.files.FolderLock): a second run into the same
+  folder stops at once with an error instead of mixing its files with the first's.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from atkit.files import FolderLock, atomic_open
+
+CHECKPOINT_FORMAT = "annotated-transformer/3"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used; the message names the file."""
+
+
+def save_checkpoint(state: dict, path) -> int:
+    """Write `state` to `path` atomically; returns the bytes written."""
+    with atomic_open(path, "wb") as f:
+        torch.save(state, f)
+        return f.tell()
+
+
+def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
+    """Write `state` to `path` atomically; the file it replaces becomes `previous`
+    (beside it), so a damaged newest file still leaves one to resume from. Returns
+    the bytes written."""
+    import os
+
+    path = Path(path)
+    with atomic_open(path, "wb") as f:
+        torch.save(state, f)
+        written = f.tell()
+        if path.exists():  # the new file is complete (flushed next): rotate
+            os.replace(path, path.with_name(previous))
+    return written
+
+
+def load_checkpoint(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, empty, foreign or unsafe
+        raise CheckpointError(
+            f"{path} cannot be read ({type(err).__name__}: {str(err)[:200]}); it is "
+            "damaged or not a checkpoint of this notebook"
+        ) from err
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a checkpoint of this notebook")
+    return state
+
+
+def make_checkpoint(model, cfg, vocab_src, vocab_tgt, **extra) -> dict:
+    """The one format: the run's config, both vocabularies, the weights, and extras."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "config": cfg.to_dict(),
+        "vocab_src": vocab_src.state(),
+        "vocab_tgt": vocab_tgt.state(),
+        "model": model.state_dict(),
+        **extra,
+    }
+
+
+def check_format(ckpt, where: str) -> dict:
+    keys = {"format", "config", "vocab_src", "vocab_tgt", "model"}
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        found = sorted(ckpt)[:8] if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointError(
+            f"{where}: not a {CHECKPOINT_FORMAT} checkpoint "
+            f"(needs {sorted(keys)}, found {found})"
+        )
+    bad = [
+        name
+        for name, t in ckpt["model"].items()
+        if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()
+    ]
+    if bad:
+        raise CheckpointError(f"{where}: weights hold inf or NaN ({bad[:3]})")
+    return ckpt
+
+
+def same_run(paths, states) -> None:
+    """Raise CheckpointError unless all checkpoints come from one run: the same
+    config (seed included) and the same vocabularies."""
+    first = states[0]
+    for path, state in zip(paths[1:], states[1:], strict=True):
+        for key, what in (
+            ("config", "settings"),
+            ("vocab_src", "source vocabulary"),
+            ("vocab_tgt", "target vocabulary"),
+        ):
+            if not _equal(state.get(key), first.get(key)):
+                diff = ""
+                if key == "config":
+                    a, b = first.get(key) or {}, state.get(key) or {}
+                    keys = a.keys() | b.keys()
+                    diff = f" ({sorted(k for k in keys if a.get(k) != b.get(k))})"
+                raise CheckpointError(
+                    f"{path} and {paths[0]} come from different runs: their {what} "
+                    f"differ{diff}; average checkpoints of one run only"
+                )
+
+
+def _equal(a, b) -> bool:
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        return torch.is_tensor(a) and torch.is_tensor(b) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if (
+        isinstance(a, float)
+        and isinstance(b, float)
+        and math.isnan(a)
+        and math.isnan(b)
+    ):
+        return True
+    return a == b
+
+
+# ------------------------------------------------------------------ a run's folder
+
+RUN_FILES = (
+    "last.pt",
+    "prev.pt",
+    "step[0-9][0-9][0-9][0-9][0-9][0-9].pt",
+    ".*.pt.*.tmp",
+)
+
+
+def run_lock(ckpt_dir) -> FolderLock:
+    """The lock that keeps a second run out of `ckpt_dir` (see FolderLock)."""
+    return FolderLock(ckpt_dir, "training run")
+
+
+def prepare_ckpt_dir(ckpt_dir) -> Path:
+    """Create the folder; call with its lock held: then the `*.tmp` files in it are
+    leftovers of a killed save of this run, never another run's write in flight."""
+    ckpt_dir = Path(ckpt_dir)
+    if str(ckpt_dir) in ("", "."):
+        raise ValueError("ckpt_dir is empty: give a folder for this run's checkpoints")
+    if ckpt_dir.exists() and not ckpt_dir.is_dir():
+        raise NotADirectoryError(f"ckpt_dir {ckpt_dir} is a file; give a folder")
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    for orphan in ckpt_dir.glob(".*.pt.*.tmp"):
+        orphan.unlink()
+    return ckpt_dir
+
+
+def remove_run_files(ckpt_dir) -> list[str]:
+    """Delete the checkpoint files of a run, and nothing else."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return []
+    removed = []
+    for pattern in RUN_FILES:
+        for path in ckpt_dir.glob(pattern):
+            path.unlink()
+            removed.append(path.name)
+    return sorted(removed)
+
+
+def resume_state(ckpt_dir: Path, log=print):
+    """The saved state of the run in ckpt_dir (last.pt, else prev.pt), or None."""
+    errors = []
+    for name in ("last.pt", "prev.pt"):
+        if (ckpt_dir / name).exists():
+            try:
+                state = load_checkpoint(ckpt_dir / name)
+                if state.get("format") != CHECKPOINT_FORMAT:
+                    raise CheckpointError(
+                        f"{ckpt_dir / name} is in format {state.get('format')!r}, "
+                        f"this notebook writes {CHECKPOINT_FORMAT!r} (an older "
+                        "version of it wrote the file)"
+                    )
+                if "progress" not in state or "ranks" not in state:
+                    raise CheckpointError(
+                        f"{ckpt_dir / name}: not a training state of this notebook"
+                    )
+                if errors:
+                    log(f"{errors[-1]}; resuming from {name} instead")
+                return state
+            except CheckpointError as err:
+                errors.append(str(err))
+    if errors:
+        raise CheckpointError(
+            " and ".join(errors) + ". Delete the damaged files (or "
+            "the folder's checkpoints) to start this run again."
+        )
+    return None
+
+
+def changed_settings(saved: dict, wanted: dict, resumable) -> list[str]:
+    """Settings (model ones as model.NAME) whose change would alter what the saved
+    run computed; `resumable` names those that may differ."""
+    out = []
+    for key in sorted(saved.keys() | wanted.keys()):
+        a, b = saved.get(key), wanted.get(key)
+        if key == "model" and isinstance(a, dict) and isinstance(b, dict):
+            out += [
+                f"model.{k}"
+                for k in sorted(a.keys() | b.keys())
+                if a.get(k) != b.get(k)
+            ]
+        elif key not in resumable and a != b:
+            out.append(key)
+    return out
+
+
+# ------------------------------------------------------------------ random state
+
+
+def rng_state(device) -> dict:
+    """This process's random state: the CPU generator and, on a GPU, its own device's
+    generator only (asking for all of them would start a context on every GPU)."""
+    state = {"torch": torch.get_rng_state()}
+    device = torch.device(device)
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device) -> None:
+    torch.set_rng_state(state["torch"])
+    device = torch.device(device)
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)

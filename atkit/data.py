@@ -1,0 +1,206 @@
+"""Multi30k task 1, fetched once and checked: the six raw files of the public multi30k
+dataset repository, verified against their SHA-256 digests on every run.
+
+A folder named by $MULTI30K_DIR is checked but never written to. Otherwise the files
+are downloaded into the user's cache ($XDG_CACHE_HOME or ~/.cache) under a lock (two
+notebooks starting together do not trip over each other); a download goes to a `.part`
+file and is renamed only after its digest matches, so an interrupted or corrupted
+download never sits under the final name, and `.part` files left by an interrupted
+attempt are removed by the next one. The whole fetch has a deadline and reports its
+progress; whatever could not be obtained is named in one error with the two ways out.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from atkit.files import FolderLock
+from atkit.settings import check_setting
+
+MULTI30K_URL = (
+    "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+)
+MULTI30K_ENV = "MULTI30K_DIR"
+MULTI30K_SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": (
+        "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"
+    ),
+    "test_2016_flickr.en.gz": (
+        "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"
+    ),
+}
+SPLITS = ("train", "val", "test_2016_flickr")
+LANGS = ("de", "en")
+
+
+class DataUnavailableError(RuntimeError):
+    """The Multi30k files could be neither found nor downloaded."""
+
+
+def sha256sum(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def multi30k_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "annotated-transformer" / "multi30k"
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def download_verified(
+    url: str,
+    dest: Path,
+    sha256: str,
+    *,
+    timeout: float = 30,
+    deadline: float | None = None,
+    log=_stderr,
+) -> None:
+    """Fetch `url` into `dest`, atomically, only if its SHA-256 is `sha256`.
+
+    `timeout` bounds each wait for the server; `deadline` (a time.monotonic() value)
+    bounds the whole download, also against a server that trickles bytes slowly."""
+    dest = Path(dest)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")
+    start = time.monotonic()
+
+    def remaining() -> float:
+        left = (
+            timeout if deadline is None else min(timeout, deadline - time.monotonic())
+        )
+        if left <= 0:
+            raise TimeoutError(f"{url}: the download's deadline passed")
+        return left
+
+    try:
+        with os.fdopen(fd, "wb") as out:
+            with urllib.request.urlopen(url, timeout=remaining()) as r:
+                size, got = int(r.headers.get("Content-Length") or 0), 0
+                while True:
+                    remaining()  # raises once the deadline has passed
+                    chunk = r.read1(1 << 16)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    got += len(chunk)
+        digest = sha256sum(Path(tmp))
+        if digest != sha256:
+            raise ValueError(f"sha256 of {url} is {digest}, expected {sha256}")
+        os.replace(tmp, dest)
+        of = f" of {size / 1e6:.1f} MB" if size else ""
+        log(f"downloaded {dest.name}: {got / 1e6:.1f} MB{of} in "
+            f"{time.monotonic() - start:.1f} s")  # fmt: skip
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def verified_folder(root) -> Path:
+    """`root` if it holds all six files with the right digests; else an error."""
+    root = Path(root).expanduser()
+    bad = [
+        n
+        for n, d in MULTI30K_SHA256.items()
+        if not (root / n).is_file() or sha256sum(root / n) != d
+    ]
+    if bad:
+        raise DataUnavailableError(
+            f"{root} is missing or has corrupted files: {bad}. Point "
+            f"{MULTI30K_ENV} (or root=) at a folder with the Multi30k task-1 raw "
+            "files, or unset it to download them."
+        )
+    return root
+
+
+@functools.lru_cache(maxsize=8)
+def _verified(root: str, stamp: tuple) -> Path:
+    return verified_folder(root)  # hashing 3 MB once per folder and file state
+
+
+def fetch_multi30k(
+    base_url: str | None = None,
+    cache_dir: Path | None = None,
+    *,
+    timeout: float = 30,
+    deadline_s: float = 600,
+    log=_stderr,
+) -> Path:
+    """Folder with verified Multi30k files: $MULTI30K_DIR, or the download cache."""
+    if os.environ.get(MULTI30K_ENV):
+        return data_root(os.environ[MULTI30K_ENV])
+    check_setting("fetch_multi30k", "deadline_s", deadline_s, float, above=0)
+    base_url = base_url or MULTI30K_URL
+    root = Path(cache_dir) if cache_dir else multi30k_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + deadline_s
+    failed = {}
+    with FolderLock(root, "download of Multi30k"):
+        for stale in root.glob("*.part"):  # an interrupted attempt's leftovers
+            stale.unlink()
+        for name, digest in MULTI30K_SHA256.items():
+            path = root / name
+            if path.is_file() and sha256sum(path) == digest:
+                continue
+            if time.monotonic() >= deadline:
+                failed[name] = "not tried: the deadline had passed"
+                continue
+            log(f"downloading {name} from {base_url}")
+            try:
+                download_verified(
+                    f"{base_url}/{name}", path, digest, timeout=timeout,
+                    deadline=deadline, log=log,
+                )  # fmt: skip
+            except (OSError, ValueError) as err:  # URLError, TimeoutError: OSErrors
+                failed[name] = f"{type(err).__name__}: {err}"
+    if failed:
+        raise DataUnavailableError(
+            f"could not download {sorted(failed)} from {base_url} into {root} "
+            f"({failed}). Without internet access, set {MULTI30K_ENV} to a folder "
+            "that holds these files."
+        )
+    return root
+
+
+def data_root(root=None) -> Path:
+    """A verified data folder: `root` if given (checked), else fetch_multi30k()."""
+    if root is None:
+        return fetch_multi30k()
+    root = Path(root).expanduser()
+    stamp = tuple(
+        (p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None
+        for p in (root / n for n in MULTI30K_SHA256)
+    )
+    return _verified(str(root.resolve()), stamp)
+
+
+def read_split(split: str, root=None) -> tuple[list[str], list[str]]:
+    """German and English sentences of `split` ('train', 'val', 'test_2016_flickr');
+    line i of one language translates line i of the other."""
+    check_setting("read_split", "split", split, str, choices=SPLITS)
+    root = data_root(root)
+    de, en = [], []
+    for lang, lines in (("de", de), ("en", en)):
+        with gzip.open(root / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines.extend(line.rstrip("\n") for line in f)
+    if len(de) != len(en):
+        raise ValueError(f"{split}: {len(de)} German but {len(en)} English lines")
+    return de, en

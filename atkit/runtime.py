@@ -1,0 +1,161 @@
+"""Where the notebook runs: the preset, the device, the CPU threads, the precision that
+"auto" picks on this hardware, where checkpoints go, and whether progress bars show.
+
+Importing this module sets OMP_WAIT_POLICY=PASSIVE (unless it is set already) before it
+imports torch: OpenMP reads the variable once, when torch loads. PyTorch splits each CPU
+operation over a team of threads; by default a thread that has finished its share spins
+on its core for a while instead of sleeping, and when another program needs that core
+the spinning thread competes with it and with the late thread the whole team waits for.
+With PASSIVE, waiting threads sleep, so a busy core costs about its share and no more
+(measured with tools.load_check: a cpu-preset notebook run 1.75x slower with one of two
+cores busy, instead of stalling). The thread count is fixed by the preset, not by the
+current load: sums split over a different number of threads round differently, so the
+same seed gives the same numbers only with the same thread count (and the same CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+TORCH_WAS_LOADED = "torch" in sys.modules  # then the line above came too late
+
+import torch  # noqa: E402
+
+PRESET_NAMES = ("ci", "cpu", "gpu")
+PRESET_ENV = "AT_PRESET"
+CHECKPOINTS_ENV = "AT_CHECKPOINTS"
+PROGRESS_ENV = "AT_PROGRESS"
+
+
+def choose_preset(env=None) -> str:
+    """The run size: $AT_PRESET if set, else 'gpu' with CUDA and 'cpu' without."""
+    env = os.environ if env is None else env
+    preset = env.get(PRESET_ENV) or ("gpu" if torch.cuda.is_available() else "cpu")
+    if preset not in PRESET_NAMES:
+        raise ValueError(
+            f"{PRESET_ENV}={preset!r} is unknown; use one of {PRESET_NAMES}"
+        )
+    return preset
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cores_available() -> int:
+    """CPU cores this process may run on (respects taskset and container limits)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def torch_threads(preset: str, processes: int = 1) -> int:
+    """Intra-op threads for one process of a run of `processes` processes: one for the
+    tiny `ci` models, else the cores shared among the processes."""
+    if preset not in PRESET_NAMES:
+        raise ValueError(f"preset={preset!r} is unknown; use one of {PRESET_NAMES}")
+    if preset == "ci":
+        return 1
+    return max(1, cores_available() // max(1, processes))
+
+
+def show_progress(env=None) -> bool:
+    """Live progress bars, unless $AT_PROGRESS=0 (set by `make run`, so that the
+    committed notebook stores one line per epoch instead of every refresh)."""
+    env = os.environ if env is None else env
+    return env.get(PROGRESS_ENV, "1") != "0"
+
+
+def checkpoint_root(preset: str, env=None) -> Path:
+    """checkpoints/<preset>, or $AT_CHECKPOINTS/<preset> (a Google Drive folder)."""
+    env = os.environ if env is None else env
+    return Path(env.get(CHECKPOINTS_ENV) or "checkpoints").expanduser() / preset
+
+
+# ------------------------------------------------------------------ precision
+
+
+def cpu_bf16() -> tuple[bool, str]:
+    """(has bfloat16 instructions, which): AMX tiles or AVX512-BF16."""
+    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+        return True, "AMX"
+    if getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return True, "AVX512-BF16"
+    return False, "no bfloat16 instructions"
+
+
+def auto_precision(device) -> tuple[str, str]:
+    """What precision="auto" means on `device`, and why, as (name, reason).
+
+    GPUs: bfloat16 where the GPU computes it natively (compute capability 8.0 and up:
+    A100, H100, L4, RTX 30xx and later), float16 with a GradScaler on older ones (T4,
+    V100), whose bfloat16 is only emulated. CPUs: bfloat16 where the processor has
+    bfloat16 instructions, float32 elsewhere.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        major, minor = gpu_capability(device)
+        if major >= 8:
+            return "bf16", f"the GPU computes bfloat16 natively (sm{major}{minor})"
+        return "fp16", f"sm{major}{minor} has no native bfloat16: float16 + GradScaler"
+    has, which = cpu_bf16()
+    if has:
+        return "bf16", f"the CPU has {which}"
+    return "fp32", "the CPU has no bfloat16 instructions"
+
+
+def gpu_capability(device) -> tuple[int, int]:
+    """The CUDA compute capability of `device` (a function, so tests can fake it)."""
+    return torch.cuda.get_device_capability(device)
+
+
+def compile_works(device) -> tuple[bool, str]:
+    """Whether torch.compile's generated kernels run here: Triton needs sm70+ on a GPU
+    and a C++ compiler on a CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        major, minor = gpu_capability(device)
+        if major < 7:
+            return False, f"Triton needs sm70 or newer, this GPU is sm{major}{minor}"
+        return True, f"sm{major}{minor}"
+    import shutil
+
+    cc = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    return (cc is not None), (cc or "no C++ compiler for compiled CPU kernels")
+
+
+# ------------------------------------------------------------------ the Setup cell
+
+
+@dataclass(frozen=True)
+class Runtime:
+    preset: str
+    device: torch.device
+    threads: int
+
+    def __str__(self) -> str:
+        name = (
+            torch.cuda.get_device_name(self.device)
+            if self.device.type == "cuda"
+            else f"{cores_available()} CPU core(s)"
+        )
+        precision, why = auto_precision(self.device)
+        late = " (too late: torch was loaded first; restart)" * TORCH_WAS_LOADED
+        return (
+            f"preset {self.preset} · device {self.device} ({name}) · "
+            f"{self.threads} torch thread(s) · OMP_WAIT_POLICY="
+            f"{os.environ.get('OMP_WAIT_POLICY')}{late}\n"
+            f'precision="auto" here: {precision} ({why}) · torch {torch.__version__}\n'
+            f"checkpoints: {checkpoint_root(self.preset)}/"
+        )
+
+
+def setup() -> Runtime:
+    """Decide preset, device and threads for this process; returns them."""
+    preset = choose_preset()
+    torch.set_num_threads(torch_threads(preset))
+    return Runtime(preset, default_device(), torch.get_num_threads())

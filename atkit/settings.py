@@ -1,0 +1,105 @@
+"""Checked settings: a wrong type, a value out of range or an unknown name is an error
+that names the setting, the value and what is allowed, raised before anything runs."""
+
+from __future__ import annotations
+
+import math
+import types
+from dataclasses import field, fields, replace
+
+
+class ConfigError(ValueError):
+    """A setting with a value that is not allowed; the message says what is."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A setting of the wrong type."""
+
+
+_KINDS = {
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    bool: lambda v: isinstance(v, bool),
+    str: lambda v: isinstance(v, str),
+}
+
+# Integer settings end up in C code (seeds, sizes); beyond this they overflow there.
+INT_LIMIT = 2**63 - 1
+
+
+def check_setting(
+    owner,
+    name,
+    value,
+    kind,
+    *,
+    low=None,
+    above=None,
+    below=None,
+    high=None,
+    choices=None,
+    optional=False,
+):
+    """Raise ConfigError unless `value` is a `kind` within the bounds or choices."""
+    where = f"{owner}.{name}={value!r}"
+    if value is None and optional:
+        return
+    if not _KINDS[kind](value):
+        raise ConfigTypeError(
+            f"{where}: must be {kind.__name__}"
+            + (" or None" if optional else "")
+            + f", not {type(value).__name__}"
+        )
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{where}: choose one of {list(choices)}")
+    if kind is float and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number")
+    if kind is int and abs(value) > INT_LIMIT:
+        raise ConfigError(f"{where}: must be at most {INT_LIMIT} in size")
+    if low is not None and value < low:
+        raise ConfigError(f"{where}: must be >= {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{where}: must be <= {high}")
+    if above is not None and not value > above:
+        raise ConfigError(f"{where}: must be > {above}")
+    if below is not None and not value < below:
+        raise ConfigError(f"{where}: must be < {below}")
+
+
+def with_overrides(config, owner, **overrides):
+    """`config` (a dataclass) with some fields replaced; an unknown name is an error."""
+    known = [f.name for f in fields(config)]
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown {owner} setting(s) {unknown}; known: {known}")
+    return replace(config, **overrides)
+
+
+def setting(default, **bounds):
+    """A dataclass field whose value `check_fields` checks: `bounds` are the keyword
+    arguments of `check_setting` (low, above, below, high, choices)."""
+    return field(default=default, metadata={"check": bounds})
+
+
+def _kind(annotation):
+    """(kind, optional) of a field annotation such as int, float or `int | None`."""
+    if isinstance(annotation, types.UnionType):
+        kinds = [a for a in annotation.__args__ if a is not type(None)]
+        return kinds[0], type(None) in annotation.__args__
+    return annotation, False
+
+
+def check_fields(config) -> None:
+    """Check every field of a dataclass declared with `setting(...)`: its type (from
+    the annotation) and its bounds. Raises ConfigError naming the first bad one."""
+    for f in fields(config):
+        if "check" in f.metadata:
+            kind, optional = _kind(f.type)
+            check_setting(
+                type(config).__name__,
+                f.name,
+                getattr(config, f.name),
+                kind,
+                optional=optional,
+                **f.metadata["check"],
+            )
