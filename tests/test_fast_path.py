@@ -372,3 +372,28 @@ def test_compiled_fast_step_matches_eager_on_cpu(lib):
         loss(out, b.tgt_y, b.ntokens)[1].backward()
     for (n, p), q in zip(eager.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=n)
+
+
+def test_cheap_dropout_drops_p_and_keeps_the_expectation(lib):
+    torch.manual_seed(0)
+    for p in (0.1, 0.3):
+        drop = lib.CheapDropout(p).train()
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.ones(400, 500, dtype=dtype)
+            y = drop(x)
+            assert y.dtype == dtype and y.shape == x.shape
+            share = (y == 0).double().mean().item()
+            assert abs(share - p) < 0.005, (p, dtype, share)  # 200,000 draws
+            kept = y[y != 0].double()
+            torch.testing.assert_close(kept, torch.full_like(kept, 1 / (1 - p)),
+                                       atol=0.01, rtol=0)  # fmt: skip
+            assert abs(y.double().mean().item() - 1) < 0.01
+        assert not torch.equal(drop(x), drop(x)), "a fresh mask each call"
+        assert torch.equal(drop.eval()(x), x)
+    model = lib.set_fast_path(lib.make_model(11, 11, "tiny"))
+    kinds = {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+    assert kinds == {lib.CheapDropout}
+    lib.set_fast_path(model, fast=False)
+    assert {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {
+        torch.nn.Dropout
+    }

@@ -4,6 +4,8 @@
     python -m tools.bench --preset gpu             # the gpu preset's model, compiled
     python -m tools.bench --preset gpu --size base # the paper's base model (Table 3)
     python -m tools.bench --precision fp32         # the fast path in float32
+    python -m tools.bench --attn sdpa              # the fast path's attention kernel
+    python -m tools.bench --profile                # operators by self time, fast path
 
 The didactic path is Parts 1-2 as written: attention and LayerNorm as explicit tensor
 operations, log-softmax + LabelSmoothing, float32, Adam's per-tensor update. The fast
@@ -103,6 +105,14 @@ def parse_args(lib, argv=None):
         "--threads", type=positive, default=None,
         help="torch threads (default: Setup's rule for the preset)",
     )  # fmt: skip
+    p.add_argument(
+        "--attn", choices=("didactic", "sdpa"), default=None,
+        help="the fast path's attention (default: fast_attention_impl's choice)",
+    )  # fmt: skip
+    p.add_argument(
+        "--profile", action="store_true",
+        help="print torch.profiler's top operators of the fast path and stop",
+    )  # fmt: skip
     p.add_argument("--paths", type=paths_arg, default=list(PATHS))
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path, default=None, help="also write figures here")
@@ -132,13 +142,15 @@ def synthetic_pairs(lib, cfg, vocab, n_batches):
     ]
 
 
-def build(lib, cfg, vocab, path, device, precision, compile_model):
+def build(lib, cfg, vocab, path, device, precision, compile_model, attn=None):
     """(model to call, loss_compute, optimizer, scheduler, precision) for a path."""
     if path == "didactic":
         cfg = cfg.updated(fast=False, precision="fp32", compile=False)
     else:
         cfg = cfg.updated(fast=True, precision=precision, compile=compile_model)
     model, opt, sched, loss, prec = lib.training_parts(cfg, vocab, vocab, device)
+    if path == "fast" and attn:
+        lib.set_fast_path(model, attn_impl=attn)
     net = lib.maybe_compile(model, cfg.compile, device)
     return net, loss, opt, sched, prec
 
@@ -172,6 +184,23 @@ def step_flops(lib, setup, batches) -> float:
         total += counter.get_total_flops()
         tokens += b.ntokens
     return total / tokens
+
+
+def profile(lib, setup, batches, steps):
+    """torch.profiler's operators by self time over `steps` fast steps (after two
+    warm-up steps)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    run_steps(lib, setup, batches, 2)
+    activities = [ProfilerActivity.CPU]
+    if lib.torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with profiler(activities=activities) as prof:
+        run_steps(lib, setup, batches, steps)
+    key = "self_cuda_time_total" if len(activities) > 1 else "self_cpu_time_total"
+    print(f"{steps} fast steps, precision {setup[4].name}:")
+    print(prof.key_averages().table(sort_by=key, row_limit=15))
 
 
 def _nothing():
@@ -236,11 +265,16 @@ def main(argv=None) -> int:
     paths = args.paths
     if args.memory_child:
         setup = build(lib, cfg, vocab, args.memory_child, device, precision_name,
-                      compile_model)  # fmt: skip
+                      compile_model, args.attn)  # fmt: skip
         memory_child(lib, setup, batches)
         return 0
+    if args.profile:
+        setup = build(lib, cfg, vocab, "fast", device, precision_name, compile_model,
+                      args.attn)  # fmt: skip
+        profile(lib, setup, batches, args.steps)
+        return 0
     setups = {
-        p: build(lib, cfg, vocab, p, device, precision_name, compile_model)
+        p: build(lib, cfg, vocab, p, device, precision_name, compile_model, args.attn)
         for p in paths
     }
     model = getattr(setups[paths[0]][0], "_orig_mod", setups[paths[0]][0])
@@ -263,7 +297,7 @@ def main(argv=None) -> int:
     )
     if "fast" in setups:
         fast = setups["fast"]
-        impl = lib.fast_attention_impl(fast[4])
+        impl = args.attn or lib.fast_attention_impl(fast[4])
         print(f"fast path: precision {fast[4].name}, attention {impl}, "
               f"compile={compile_model and fast[0] is not model}")  # fmt: skip
     for p in paths:  # warm-up: first-call allocations, kernel selection, compiling
