@@ -110,7 +110,7 @@ def test_wait_policy_is_set_before_any_cell_imports_torch():
         for ln in c.source.splitlines()
         if ln.startswith(("import ", "from "))
     ]
-    runtime = next(i for i, ln in enumerate(lines) if ln.startswith("from atkit import"))
+    runtime = next(i for i, ln in enumerate(lines) if ln.startswith("from atkit "))
     first_torch = next(
         i for i, ln in enumerate(lines) if ln.startswith(("import torch", "from torch"))
     )
