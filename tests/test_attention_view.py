@@ -486,3 +486,57 @@ def test_notebook_front_ends_in_chromium(tmp_path, browser, capsys):
     assert not log["errors"], f"console errors: {log['errors']}"
     remote = [u for u in log["requests"] if not u.startswith(("file://", "data:"))]
     assert not remote, f"requests left file://: {remote}"
+
+
+def test_the_committed_page_shows_the_models_attention(browser, capsys):
+    """docs/index.html as committed: Part 6's view of the trained model. Change kind,
+    layer and head, hover a query and a key, and compare every weight the page writes
+    with the numbers the notebook's run committed (its output in the .ipynb)."""
+    import nbformat
+
+    from test_page import NOTEBOOK
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    htmls = [
+        o["data"]["text/html"]
+        for c in nb.cells
+        if c.cell_type == "code" and "attention_view(" in c.source
+        for o in c.get("outputs", [])
+        if "data-atkit" in o.get("data", {}).get("text/html", "")
+    ]
+    assert htmls, "the committed notebook shows no attention view"
+    committed = decode(htmls[0])
+    assert render_page.NOTEBOOK == NOTEBOOK
+    page, log = _open(browser, PAGE, width=1280)
+    shots: list = []
+    try:
+        roots = page.locator(".atv")
+        assert roots.count() == len(htmls), "every view of the notebook is on the page"
+        root = roots.nth(0)
+        root.scroll_into_view_if_needed()
+        first = committed[0]
+        N, h = first["cross"].shape[:2]
+        root.locator(".atv-kind button[data-value='cross']").click()
+        root.locator(f".atv-layer button[data-value='{N - 1}']").click()
+        root.locator(f".atv-head button[data-value='{h - 1}']").click()
+        state = root.evaluate(STATE_JS)
+        assert (state["kind"], state["layer"], state["head"]) == (
+            "cross",
+            str(N - 1),
+            str(h - 1),
+        )
+        q = min(2, first["cross"].shape[2] - 1)
+        root.locator(f".atv-tok[data-side='q'][data-index='{q}']").hover()
+        _check_labels(root, first["cross"][N - 1], [h - 1], "q", q)
+        _shot(root, "committed-cross", shots)
+        root.locator(".atv-kind button[data-value='encoder']").click()
+        root.locator(".atv-layer button[data-value='0']").click()
+        root.locator(".atv-head button[data-value='all']").click()
+        root.locator(".atv-tok[data-side='k'][data-index='1']").hover()
+        _check_labels(root, first["encoder"][0], range(h), "k", 1)
+        _shot(root, "committed-encoder-all", shots)
+    finally:
+        page.close()
+        with capsys.disabled():
+            print("".join(f"\nscreenshot: {s}" for s in shots))
+    assert not log["errors"], f"console errors: {log['errors']}"
