@@ -493,7 +493,6 @@ def test_the_committed_page_shows_the_models_attention(browser, capsys):
     layer and head, hover a query and a key, and compare every weight the page writes
     with the numbers the notebook's run committed (its output in the .ipynb)."""
     import nbformat
-
     from test_page import NOTEBOOK
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
