@@ -113,15 +113,42 @@ def gpu_capability(device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device)
 
 
+def c_compiler() -> str | None:
+    """The C compiler Triton builds its kernel launcher with ($CC, else gcc, else
+    clang), or None."""
+    import shutil
+
+    cc = os.environ.get("CC")
+    return shutil.which(cc) if cc else shutil.which("gcc") or shutil.which("clang")
+
+
+def python_headers() -> bool:
+    """Whether Python.h is where Triton looks for it when it builds its launcher."""
+    import sysconfig
+
+    scheme = sysconfig.get_default_scheme()
+    scheme = "posix_prefix" if scheme == "posix_local" else scheme
+    return (Path(sysconfig.get_paths(scheme=scheme)["include"]) / "Python.h").is_file()
+
+
 def compile_works(device) -> tuple[bool, str]:
-    """Whether torch.compile's generated kernels run here: Triton needs sm70+ on a GPU
-    and a C++ compiler on a CPU."""
+    """Whether torch.compile's generated kernels run here: Triton needs sm70+ on a GPU,
+    and a C compiler and Python's headers to build the launcher of its kernels (at
+    the first compiled call: without them a compiled run would stop there); a CPU
+    needs a C++ compiler."""
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = gpu_capability(device)
         if major < 7:
             return False, f"Triton needs sm70 or newer, this GPU is sm{major}{minor}"
-        return True, f"sm{major}{minor}"
+        cc = c_compiler()
+        if cc is None:
+            return False, "Triton builds its kernel launcher with a C compiler: " + (
+                "none found (install gcc, or set CC)"
+            )
+        if not python_headers():
+            return False, "Triton's kernel launcher needs Python.h (python3-dev)"
+        return True, f"sm{major}{minor}, C compiler {cc}"
     import shutil
 
     cc = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")

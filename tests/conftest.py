@@ -26,6 +26,33 @@ os.environ.setdefault(
 DATA = Path(os.environ["MULTI30K_DIR"])
 
 
+def inherited_pythonpath() -> list[str]:
+    """This process's $PYTHONPATH entries outside the repository: where packages
+    come from on a machine that installs them into a folder of their own (the GPU
+    check's /tmp/site), not code of this checkout."""
+    entries = [Path(e).resolve() for e in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if e]  # fmt: skip
+    return [str(e) for e in entries if e != ROOT and ROOT not in e.parents]
+
+
+def clean_env(**extra) -> dict:
+    """The environment of a child interpreter that must not inherit this one's
+    settings: the ci preset, a plain PATH, the repository on PYTHONPATH, and only
+    what locates installed packages and caches (the inherited PYTHONPATH entries,
+    after the repository's; HOME and cache folders, so a child finds the caches,
+    such as matplotlib's font list, that this process built, instead of building
+    them again and saying so on stderr)."""
+    env = {
+        "AT_PRESET": "ci",
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *inherited_pythonpath()]),
+    }
+    for name in ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return {**env, **extra}
+
+
 @pytest.fixture(scope="session")
 def lib():
     """The notebook's library code as a module."""

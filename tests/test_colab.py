@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, inherited_pythonpath
 
 NOTEBOOK = ROOT / "annotated_transformer.ipynb"
 
@@ -39,7 +39,11 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     colab.mkdir()
     shutil.copy(NOTEBOOK, colab / NOTEBOOK.name)
     nb = nbformat.read(colab / NOTEBOOK.name, as_version=4)
+    # the checkout must not be importable (the Setup cell fetches it); packages stay
+    # where this machine keeps them (the GPU check's /tmp/site is on PYTHONPATH)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if inherited_pythonpath():
+        env["PYTHONPATH"] = os.pathsep.join(inherited_pythonpath())
     env.update(
         AT_REPO_URL=f"file://{repo}", AT_PRESET="ci", AT_PROGRESS="0",
         MULTI30K_DIR=str(DATA),

@@ -164,10 +164,29 @@ def test_compile_only_where_it_works(lib, monkeypatch):
     assert runtime.compile_works("cuda")[0] is False
     assert lib.maybe_compile(m, True, "cuda") is m
     monkeypatch.setattr(runtime, "gpu_capability", lambda d: (7, 5))
+    monkeypatch.setattr(runtime, "c_compiler", lambda: "/usr/bin/gcc")
+    monkeypatch.setattr(runtime, "python_headers", lambda: True)
     assert runtime.compile_works("cuda")[0] is True
+    # Triton builds its kernels' launcher with a C compiler, against Python.h
+    monkeypatch.setattr(runtime, "python_headers", lambda: False)
+    assert runtime.compile_works("cuda") == (
+        False, "Triton's kernel launcher needs Python.h (python3-dev)"
+    )  # fmt: skip
+    monkeypatch.setattr(runtime, "c_compiler", lambda: None)
+    assert "C compiler" in runtime.compile_works("cuda")[1]
+    assert lib.maybe_compile(m, True, "cuda") is m
     monkeypatch.setattr("shutil.which", lambda name: None)  # no C++ compiler
     assert runtime.compile_works("cpu")[0] is False
     assert lib.maybe_compile(m, True, "cpu") is m
+
+
+def test_c_compiler_is_the_one_triton_would_use(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert runtime.c_compiler() is None
+    monkeypatch.delenv("CC")
+    monkeypatch.setattr("shutil.which", lambda n: {"clang": "/opt/clang"}.get(n))
+    assert runtime.c_compiler() == "/opt/clang"
+    assert isinstance(runtime.python_headers(), bool)
 
 
 def test_one_compiled_graph_for_an_epoch_of_shapes(lib, monkeypatch):

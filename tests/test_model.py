@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import ROOT
+from conftest import ROOT, clean_env
 
 
 def padding_mask(lengths, S):
@@ -397,7 +397,10 @@ def test_model_forward_rejects_mask_that_does_not_broadcast(lib):
         m.encode(src, torch.ones(2, 1, 4, dtype=torch.bool))
 
 
-def test_import_runs_no_demo_and_is_quick():
+def test_import_runs_no_demo_and_is_quick(lib):
+    # `lib`: this process has imported the library first, so that first-time work
+    # (bytecode of freshly installed packages, matplotlib's font cache) is done
+    # and cannot print to the child's stderr
     code = textwrap.dedent(
         """
         import time
@@ -416,7 +419,7 @@ def test_import_runs_no_demo_and_is_quick():
         capture_output=True,
         text=True,
         timeout=120,
-        env={"AT_PRESET": "ci", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        env=clean_env(),
         cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr

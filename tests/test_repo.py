@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 import nbexport
-from conftest import ROOT
+from conftest import ROOT, clean_env
 
 MD = ROOT / "annotated_transformer.md"
 IPYNB = ROOT / "annotated_transformer.ipynb"
@@ -65,7 +65,7 @@ def test_exported_module_is_importable_by_other_processes(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={"AT_PRESET": "ci", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        env=clean_env(),
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
