@@ -163,6 +163,8 @@ def train_cli(argv=None) -> int:
             if args.device == "auto"
             else runtime.torch.device(args.device)
         )
+        if device.type == "cuda" and device.index is None:  # name the GPU: cuda:0
+            device = runtime.torch.device("cuda", runtime.torch.cuda.current_device())
     runtime.torch.set_num_threads(
         runtime.torch_threads(preset, world.local_size if world else 1)
     )
