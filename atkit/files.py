@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +55,37 @@ def write_bytes_atomic(path, data: bytes, *, fsync: bool = True) -> None:
         f.write(data)
 
 
+def check_writable(folder, what: str = "folder") -> Path:
+    """`folder` itself if it can be written, else an error naming it, before any work
+    is done. A folder that does not exist yet is judged by the nearest one above it
+    that does (where it would be created). Read-only mounts count too, for root also.
+    """
+    folder = Path(folder)
+    existing = next((f for f in [folder, *folder.parents] if f.exists()), Path("."))
+    if not existing.is_dir():
+        raise NotADirectoryError(f"{what} {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"{what} {folder} cannot be written: {existing} is read-only (or not "
+            "yours); give a folder that can be written"
+        )
+    return folder
+
+
+def probe_writable(folder, what: str = "folder") -> None:
+    """Create and delete a small file in the existing `folder`: an error naming it
+    now rather than when the first real file is due (after an epoch of training)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".write-test.", suffix=".tmp")
+        os.close(fd)
+        os.remove(tmp)
+    except OSError as err:
+        raise PermissionError(
+            f"{what} {folder} cannot be written ({err.strerror or err}); give a "
+            "folder that can be written"
+        ) from err
+
+
 class FolderBusyError(RuntimeError):
     """Another process holds the folder's lock; the message names it."""
 
@@ -71,21 +103,31 @@ class FolderLock:
         self.what = what
         self._file = None
 
-    def acquire(self) -> FolderLock:
+    def acquire(self, wait_s: float = 0.0) -> FolderLock:
+        """Take the lock; if another process holds it, wait up to `wait_s` seconds
+        for it, then raise FolderBusyError naming the holder."""
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         f = open(self.path, "a+")  # noqa: SIM115 (kept open while the lock is held)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            f.close()
-            raise FolderBusyError(
-                f"{self.path.parent} is in use by {holder}: one {self.what} at a "
-                "time. Wait for it to finish, stop it, or use another folder."
-            ) from None
+        give_up = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < give_up:
+                    time.sleep(min(0.2, max(give_up - time.monotonic(), 0.01)))
+                    continue
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                f.close()
+                waited = f" (waited {wait_s:g} s)" if wait_s else ""
+                raise FolderBusyError(
+                    f"{self.path.parent} is in use by {holder}{waited}: one "
+                    f"{self.what} at a time. Wait for it to finish, stop it, or use "
+                    "another folder."
+                ) from None
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
