@@ -103,7 +103,15 @@ def download_verified(
                     wait = remaining()  # raises once the deadline has passed
                     if sock is not None:
                         sock.settimeout(wait)  # a silent server: no later than that
-                    chunk = r.read1(1 << 16)
+                    try:
+                        chunk = r.read1(1 << 16)
+                    except TimeoutError:
+                        if deadline is not None and time.monotonic() > deadline - 0.1:
+                            raise TimeoutError(
+                                f"{url}: the download's deadline passed after "
+                                f"{got} bytes"
+                            ) from None
+                        raise
                     if not chunk:
                         break
                     out.write(chunk)
