@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import sys
@@ -182,30 +183,34 @@ def train_cli(argv=None) -> int:
         runtime.torch_threads(preset, world.local_size if world else 1)
     )
     is_main = world is None or world.is_main
-    if args.fresh and is_main:
-        try:
-            with checkpoints.run_lock(args.ckpt_dir):
-                removed = checkpoints.remove_run_files(args.ckpt_dir)
-        except FolderBusyError as err:  # never delete the files of a run in flight
-            return refuse(p, err)
-        print("removed", removed or "nothing", flush=True)
-    if world:
-        world.barrier()
-    data = lib.copy_task_data(cfg) if args.task == "copy" else lib.prepare_data(cfg)
+    # rank 0 holds the run's folder from before --fresh to the results: a second run
+    # into it stops here, before preparing any data, and deletes nothing of the first
+    lock = checkpoints.run_lock(args.ckpt_dir) if is_main else contextlib.nullcontext()
     try:
-        model, history = lib.train(
-            cfg,
-            data,
-            args.ckpt_dir,
-            device,
-            max_steps=args.max_steps,
-            world=world,
-            log=lambda m: print(m, flush=True),
-        )
+        with lock:
+            if args.fresh and is_main:
+                removed = checkpoints.remove_run_files(args.ckpt_dir)
+                print("removed", removed or "nothing", flush=True)
+            if world:
+                world.barrier()
+            data = (
+                lib.copy_task_data(cfg)
+                if args.task == "copy"
+                else lib.prepare_data(cfg)
+            )
+            model, history = lib.train(
+                cfg,
+                data,
+                args.ckpt_dir,
+                device,
+                max_steps=args.max_steps,
+                world=world,
+                log=lambda m: print(m, flush=True),
+            )
+            if is_main:
+                write_results(lib, args, preset, cfg, data, model, history, device)
     except RUN_REFUSED as err:
         return refuse(p, err)
-    if is_main:
-        write_results(lib, args, preset, cfg, data, model, history, device)
     if world:
         launch.finish_distributed()
     return 0

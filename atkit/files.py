@@ -95,20 +95,31 @@ class FolderLock:
 
     The kernel releases the lock when the holder's process ends, however it ends (a
     killed run leaves no stale lock behind); the file itself stays and only records
-    who held it last, for the error message. Not re-entrant within one process.
+    who held it last, for the error message. It keeps other processes out; within the
+    process that holds it, taking it again succeeds (the command line holds its run's
+    folder from before `--fresh` to the results, and `train` takes it too).
     """
+
+    _held: dict[str, list] = {}  # this process's locks: folder -> [file, depth]
 
     def __init__(self, folder, what: str = "folder"):
         self.path = Path(folder) / ".lock"
         self.what = what
-        self._file = None
+        self._key = None
 
     def acquire(self, wait_s: float = 0.0) -> FolderLock:
         """Take the lock; if another process holds it, wait up to `wait_s` seconds
         for it, then raise FolderBusyError naming the holder."""
         import fcntl
 
+        if self._key is not None:
+            raise RuntimeError(f"{self.path}: this FolderLock is held already")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        key = str(self.path.resolve())
+        if key in FolderLock._held:  # this process holds it already
+            FolderLock._held[key][1] += 1
+            self._key = key
+            return self
         f = open(self.path, "a+")  # noqa: SIM115 (kept open while the lock is held)
         give_up = time.monotonic() + wait_s
         while True:
@@ -132,16 +143,23 @@ class FolderLock:
         f.truncate()
         f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
         f.flush()
-        self._file = f
+        FolderLock._held[key] = [f, 1]
+        self._key = key
         return self
 
     def release(self) -> None:
-        if self._file is not None:
-            self._file.close()  # closing the file releases the lock
-            self._file = None
+        if self._key is None:
+            return
+        entry = FolderLock._held[self._key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del FolderLock._held[self._key]
+            entry[0].close()  # closing the file releases the lock
+        self._key = None
 
     def __enter__(self) -> FolderLock:
-        return self.acquire()
+        # `with FolderLock(f).acquire(wait_s=...)`: taken already, by that call
+        return self if self._key is not None else self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()
