@@ -173,8 +173,9 @@ def prepare_ckpt_dir(ckpt_dir) -> Path:
     ckpt_dir = check_ckpt_dir(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     probe_writable(ckpt_dir, "ckpt_dir")
-    for orphan in ckpt_dir.glob(".*.pt.*.tmp"):
-        orphan.unlink()
+    for pattern in (".*.pt.*.tmp", ".write-test.*.tmp"):  # a killed save's or probe's
+        for orphan in ckpt_dir.glob(pattern):
+            orphan.unlink()
     return ckpt_dir
 
 
