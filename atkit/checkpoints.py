@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from atkit.files import FolderLock, atomic_open
+from atkit.files import FolderLock, atomic_open, check_writable, probe_writable
 
 CHECKPOINT_FORMAT = "annotated-transformer/3"
 
@@ -43,7 +43,9 @@ def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
     with atomic_open(path, "wb") as f:
         torch.save(state, f)
         written = f.tell()
-        if path.exists():  # the new file is complete (flushed next): rotate
+        f.flush()  # a full disk shows here, before the old file is moved aside
+        os.fsync(f.fileno())
+        if path.exists():  # the new file is complete and on disk: rotate
             os.replace(path, path.with_name(previous))
     return written
 
@@ -94,9 +96,15 @@ def check_format(ckpt, where: str) -> dict:
     return ckpt
 
 
-def same_run(paths, states) -> None:
+def same_run(paths, states, may_differ=()) -> None:
     """Raise CheckpointError unless all checkpoints come from one run: the same
-    config (seed included) and the same vocabularies."""
+    config (seed included; settings in `may_differ` aside) and the same
+    vocabularies."""
+    states = [
+        {**s, "config": {k: v for k, v in s["config"].items() if k not in may_differ}}
+        if isinstance(s.get("config"), dict) else s
+        for s in states
+    ]  # fmt: skip
     first = states[0]
     for path, state in zip(paths[1:], states[1:], strict=True):
         for key, what in (
@@ -108,8 +116,7 @@ def same_run(paths, states) -> None:
                 diff = ""
                 if key == "config":
                     a, b = first.get(key) or {}, state.get(key) or {}
-                    keys = a.keys() | b.keys()
-                    diff = f" ({sorted(k for k in keys if a.get(k) != b.get(k))})"
+                    diff = f" ({changed_settings(a, b, ())})"
                 raise CheckpointError(
                     f"{path} and {paths[0]} come from different runs: their {what} "
                     f"differ{diff}; average checkpoints of one run only"
@@ -148,17 +155,27 @@ def run_lock(ckpt_dir) -> FolderLock:
     return FolderLock(ckpt_dir, "training run")
 
 
-def prepare_ckpt_dir(ckpt_dir) -> Path:
-    """Create the folder; call with its lock held: then the `*.tmp` files in it are
-    leftovers of a killed save of this run, never another run's write in flight."""
-    ckpt_dir = Path(ckpt_dir)
-    if str(ckpt_dir) in ("", "."):
+def check_ckpt_dir(ckpt_dir) -> Path:
+    """A usable checkpoint folder (it may not exist yet), or an error naming it; done
+    before the folder is locked or created, so a bad one changes nothing."""
+    if ckpt_dir is None or str(ckpt_dir) in ("", "."):
         raise ValueError("ckpt_dir is empty: give a folder for this run's checkpoints")
+    ckpt_dir = Path(ckpt_dir)
     if ckpt_dir.exists() and not ckpt_dir.is_dir():
         raise NotADirectoryError(f"ckpt_dir {ckpt_dir} is a file; give a folder")
+    return check_writable(ckpt_dir, "ckpt_dir")
+
+
+def prepare_ckpt_dir(ckpt_dir) -> Path:
+    """Create the folder and make sure files can be written in it; call with its lock
+    held: then the `*.tmp` files in it are leftovers of a killed save of this run,
+    never another run's write in flight."""
+    ckpt_dir = check_ckpt_dir(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    for orphan in ckpt_dir.glob(".*.pt.*.tmp"):
-        orphan.unlink()
+    probe_writable(ckpt_dir, "ckpt_dir")
+    for pattern in (".*.pt.*.tmp", ".write-test.*.tmp"):  # a killed save's or probe's
+        for orphan in ckpt_dir.glob(pattern):
+            orphan.unlink()
     return ckpt_dir
 
 
@@ -175,26 +192,34 @@ def remove_run_files(ckpt_dir) -> list[str]:
     return sorted(removed)
 
 
+TRAINING_STATE = ("optimizer", "scheduler", "progress", "history", "ranks")
+
+
 def resume_state(ckpt_dir: Path, log=print):
-    """The saved state of the run in ckpt_dir (last.pt, else prev.pt), or None."""
+    """(path, state) of the run saved in ckpt_dir (last.pt, else prev.pt), or None.
+    A file that is damaged, of another format, incomplete or holds inf/NaN weights is
+    passed over for prev.pt, with a message."""
     errors = []
     for name in ("last.pt", "prev.pt"):
-        if (ckpt_dir / name).exists():
+        path = Path(ckpt_dir) / name
+        if path.exists():
             try:
-                state = load_checkpoint(ckpt_dir / name)
+                state = load_checkpoint(path)
                 if state.get("format") != CHECKPOINT_FORMAT:
                     raise CheckpointError(
-                        f"{ckpt_dir / name} is in format {state.get('format')!r}, "
+                        f"{path} is in format {state.get('format')!r}, "
                         f"this notebook writes {CHECKPOINT_FORMAT!r} (an older "
                         "version of it wrote the file)"
                     )
-                if "progress" not in state or "ranks" not in state:
+                missing = [k for k in TRAINING_STATE if k not in state]
+                if missing:
                     raise CheckpointError(
-                        f"{ckpt_dir / name}: not a training state of this notebook"
+                        f"{path}: not a training state of this notebook (no {missing})"
                     )
+                check_format(state, str(path))
                 if errors:
                     log(f"{errors[-1]}; resuming from {name} instead")
-                return state
+                return path, state
             except CheckpointError as err:
                 errors.append(str(err))
     if errors:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
 
 from atkit import checkpoints, runtime
-from atkit.files import write_text_atomic
+from atkit.files import FolderBusyError, check_writable, write_text_atomic
 from atkit.settings import ConfigError, check_setting
 
 
@@ -122,15 +123,14 @@ def check_args(p, args, preset) -> None:
     if args.ckpt_dir is not None and str(args.ckpt_dir) in ("", "."):
         p.error("--ckpt-dir is empty: give a folder for the run's checkpoints")
     ckpt_dir = args.ckpt_dir or Path("checkpoints") / preset / args.task
-    if ckpt_dir.exists() and not ckpt_dir.is_dir():
-        p.error(f"--ckpt-dir {ckpt_dir} is a file; give a folder")
     out = args.out or Path("results") / f"{preset}-{args.task}.json"
     if out.is_dir():
         p.error(f"--out {out} is a folder; give a file name")
-    for folder in (ckpt_dir, out.parent):
-        existing = next((f for f in [folder, *folder.parents] if f.exists()), None)
-        if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-            p.error(f"{folder} cannot be written (no permission on {existing})")
+    try:
+        checkpoints.check_ckpt_dir(ckpt_dir)
+        check_writable(out.parent, "--out")
+    except (OSError, ValueError) as err:
+        p.error(str(err).replace("ckpt_dir", "--ckpt-dir", 1))
     if out.exists() and not os.access(out, os.W_OK):
         p.error(f"--out {out} cannot be written")
     if args.device == "cuda" and not runtime.torch.cuda.is_available():
@@ -138,6 +138,22 @@ def check_args(p, args, preset) -> None:
     if "WORLD_SIZE" in os.environ and "LOCAL_RANK" not in os.environ:
         p.error("WORLD_SIZE is set but LOCAL_RANK is not: start workers with torchrun")
     args.ckpt_dir, args.out = ckpt_dir, out
+
+
+# A setting, a file or a folder that the run cannot use, found before it trains: the
+# message names it and a traceback would add nothing.
+RUN_REFUSED = (
+    ConfigError,
+    checkpoints.CheckpointError,
+    FolderBusyError,
+    PermissionError,
+    NotADirectoryError,
+)
+
+
+def refuse(p, err) -> int:
+    print(f"{p.prog}: error: {err}", file=sys.stderr, flush=True)
+    return 2
 
 
 def train_cli(argv=None) -> int:
@@ -169,24 +185,34 @@ def train_cli(argv=None) -> int:
         runtime.torch_threads(preset, world.local_size if world else 1)
     )
     is_main = world is None or world.is_main
-    if args.fresh and is_main:
-        with checkpoints.run_lock(args.ckpt_dir):
-            removed = checkpoints.remove_run_files(args.ckpt_dir)
-        print("removed", removed or "nothing", flush=True)
-    if world:
-        world.barrier()
-    data = lib.copy_task_data(cfg) if args.task == "copy" else lib.prepare_data(cfg)
-    model, history = lib.train(
-        cfg,
-        data,
-        args.ckpt_dir,
-        device,
-        max_steps=args.max_steps,
-        world=world,
-        log=lambda m: print(m, flush=True),
-    )
-    if is_main:
-        write_results(lib, args, preset, cfg, data, model, history, device)
+    # rank 0 holds the run's folder from before --fresh to the results: a second run
+    # into it stops here, before preparing any data, and deletes nothing of the first
+    lock = checkpoints.run_lock(args.ckpt_dir) if is_main else contextlib.nullcontext()
+    try:
+        with lock:
+            if args.fresh and is_main:
+                removed = checkpoints.remove_run_files(args.ckpt_dir)
+                print("removed", removed or "nothing", flush=True)
+            if world:
+                world.barrier()
+            data = (
+                lib.copy_task_data(cfg)
+                if args.task == "copy"
+                else lib.prepare_data(cfg)
+            )
+            model, history = lib.train(
+                cfg,
+                data,
+                args.ckpt_dir,
+                device,
+                max_steps=args.max_steps,
+                world=world,
+                log=lambda m: print(m, flush=True),
+            )
+            if is_main:
+                write_results(lib, args, preset, cfg, data, model, history, device)
+    except RUN_REFUSED as err:
+        return refuse(p, err)
     if world:
         launch.finish_distributed()
     return 0

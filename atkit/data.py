@@ -74,11 +74,13 @@ def download_verified(
     timeout: float = 30,
     deadline: float | None = None,
     log=_stderr,
+    every_s: float = 10.0,
 ) -> None:
     """Fetch `url` into `dest`, atomically, only if its SHA-256 is `sha256`.
 
     `timeout` bounds each wait for the server; `deadline` (a time.monotonic() value)
-    bounds the whole download, also against a server that trickles bytes slowly."""
+    bounds the whole download, also against a server that trickles bytes slowly or
+    goes silent. A download that takes long says how far it got every `every_s`."""
     dest = Path(dest)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")
     start = time.monotonic()
@@ -95,13 +97,30 @@ def download_verified(
         with os.fdopen(fd, "wb") as out:
             with urllib.request.urlopen(url, timeout=remaining()) as r:
                 size, got = int(r.headers.get("Content-Length") or 0), 0
+                sock = _socket_of(r)
+                report = start + every_s
                 while True:
-                    remaining()  # raises once the deadline has passed
-                    chunk = r.read1(1 << 16)
+                    wait = remaining()  # raises once the deadline has passed
+                    if sock is not None:
+                        sock.settimeout(wait)  # a silent server: no later than that
+                    try:
+                        chunk = r.read1(1 << 16)
+                    except TimeoutError:
+                        if deadline is not None and time.monotonic() > deadline - 0.1:
+                            raise TimeoutError(
+                                f"{url}: the download's deadline passed after "
+                                f"{got} bytes"
+                            ) from None
+                        raise
                     if not chunk:
                         break
                     out.write(chunk)
                     got += len(chunk)
+                    if time.monotonic() >= report:
+                        report = time.monotonic() + every_s
+                        of = f" of {size / 1e6:.2f}" if size else ""
+                        log(f"  {dest.name}: {got / 1e6:.2f}{of} MB after "
+                            f"{time.monotonic() - start:.0f} s")  # fmt: skip
         digest = sha256sum(Path(tmp))
         if digest != sha256:
             raise ValueError(f"sha256 of {url} is {digest}, expected {sha256}")
@@ -112,6 +131,14 @@ def download_verified(
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _socket_of(response):
+    """The socket under an http.client response, if it can be reached (to tighten
+    its timeout as the deadline nears); None otherwise."""
+    raw = getattr(getattr(response, "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", None)
+    return sock if hasattr(sock, "settimeout") else None
 
 
 def verified_folder(root) -> Path:
@@ -147,13 +174,14 @@ def fetch_multi30k(
     """Folder with verified Multi30k files: $MULTI30K_DIR, or the download cache."""
     if os.environ.get(MULTI30K_ENV):
         return data_root(os.environ[MULTI30K_ENV])
+    check_setting("fetch_multi30k", "timeout", timeout, float, above=0)
     check_setting("fetch_multi30k", "deadline_s", deadline_s, float, above=0)
     base_url = base_url or MULTI30K_URL
     root = Path(cache_dir) if cache_dir else multi30k_cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + deadline_s
     failed = {}
-    with FolderLock(root, "download of Multi30k"):
+    with FolderLock(root, "download of Multi30k").acquire(wait_s=deadline_s):
         for stale in root.glob("*.part"):  # an interrupted attempt's leftovers
             stale.unlink()
         for name, digest in MULTI30K_SHA256.items():
@@ -161,7 +189,10 @@ def fetch_multi30k(
             if path.is_file() and sha256sum(path) == digest:
                 continue
             if time.monotonic() >= deadline:
-                failed[name] = "not tried: the deadline had passed"
+                failed[name] = f"not tried: deadline_s={deadline_s} had passed"
+                continue
+            if any(isinstance(e, OSError) for e in failed.values()):
+                failed[name] = "not tried: the server failed on the file before"
                 continue
             log(f"downloading {name} from {base_url}")
             try:
@@ -170,12 +201,15 @@ def fetch_multi30k(
                     deadline=deadline, log=log,
                 )  # fmt: skip
             except (OSError, ValueError) as err:  # URLError, TimeoutError: OSErrors
-                failed[name] = f"{type(err).__name__}: {err}"
+                failed[name] = err
     if failed:
+        why = {k: v if isinstance(v, str) else f"{type(v).__name__}: {v}"
+               for k, v in failed.items()}  # fmt: skip
         raise DataUnavailableError(
             f"could not download {sorted(failed)} from {base_url} into {root} "
-            f"({failed}). Without internet access, set {MULTI30K_ENV} to a folder "
-            "that holds these files."
+            f"(timeout={timeout} s per wait, deadline_s={deadline_s} s in all): "
+            f"{why}. Without internet access, set {MULTI30K_ENV} to a folder that "
+            "holds these files."
         )
     return root
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +55,37 @@ def write_bytes_atomic(path, data: bytes, *, fsync: bool = True) -> None:
         f.write(data)
 
 
+def check_writable(folder, what: str = "folder") -> Path:
+    """`folder` itself if it can be written, else an error naming it, before any work
+    is done. A folder that does not exist yet is judged by the nearest one above it
+    that does (where it would be created). Read-only mounts count too, for root also.
+    """
+    folder = Path(folder)
+    existing = next((f for f in [folder, *folder.parents] if f.exists()), Path("."))
+    if not existing.is_dir():
+        raise NotADirectoryError(f"{what} {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"{what} {folder} cannot be written: {existing} is read-only (or not "
+            "yours); give a folder that can be written"
+        )
+    return folder
+
+
+def probe_writable(folder, what: str = "folder") -> None:
+    """Create and delete a small file in the existing `folder`: an error naming it
+    now rather than when the first real file is due (after an epoch of training)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".write-test.", suffix=".tmp")
+        os.close(fd)
+        os.remove(tmp)
+    except OSError as err:
+        raise PermissionError(
+            f"{what} {folder} cannot be written ({err.strerror or err}); give a "
+            "folder that can be written"
+        ) from err
+
+
 class FolderBusyError(RuntimeError):
     """Another process holds the folder's lock; the message names it."""
 
@@ -63,43 +95,71 @@ class FolderLock:
 
     The kernel releases the lock when the holder's process ends, however it ends (a
     killed run leaves no stale lock behind); the file itself stays and only records
-    who held it last, for the error message. Not re-entrant within one process.
+    who held it last, for the error message. It keeps other processes out; within the
+    process that holds it, taking it again succeeds (the command line holds its run's
+    folder from before `--fresh` to the results, and `train` takes it too).
     """
+
+    _held: dict[str, list] = {}  # this process's locks: folder -> [file, depth]
 
     def __init__(self, folder, what: str = "folder"):
         self.path = Path(folder) / ".lock"
         self.what = what
-        self._file = None
+        self._key = None
 
-    def acquire(self) -> FolderLock:
+    def acquire(self, wait_s: float = 0.0) -> FolderLock:
+        """Take the lock; if another process holds it, wait up to `wait_s` seconds
+        for it, then raise FolderBusyError naming the holder."""
         import fcntl
 
+        if self._key is not None:
+            raise RuntimeError(f"{self.path}: this FolderLock is held already")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        key = str(self.path.resolve())
+        if key in FolderLock._held:  # this process holds it already
+            FolderLock._held[key][1] += 1
+            self._key = key
+            return self
         f = open(self.path, "a+")  # noqa: SIM115 (kept open while the lock is held)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            f.close()
-            raise FolderBusyError(
-                f"{self.path.parent} is in use by {holder}: one {self.what} at a "
-                "time. Wait for it to finish, stop it, or use another folder."
-            ) from None
+        give_up = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < give_up:
+                    time.sleep(min(0.2, max(give_up - time.monotonic(), 0.01)))
+                    continue
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                f.close()
+                waited = f" (waited {wait_s:g} s)" if wait_s else ""
+                raise FolderBusyError(
+                    f"{self.path.parent} is in use by {holder}{waited}: one "
+                    f"{self.what} at a time. Wait for it to finish, stop it, or use "
+                    "another folder."
+                ) from None
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
         f.flush()
-        self._file = f
+        FolderLock._held[key] = [f, 1]
+        self._key = key
         return self
 
     def release(self) -> None:
-        if self._file is not None:
-            self._file.close()  # closing the file releases the lock
-            self._file = None
+        if self._key is None:
+            return
+        entry = FolderLock._held[self._key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del FolderLock._held[self._key]
+            entry[0].close()  # closing the file releases the lock
+        self._key = None
 
     def __enter__(self) -> FolderLock:
-        return self.acquire()
+        # `with FolderLock(f).acquire(wait_s=...)`: taken already, by that call
+        return self if self._key is not None else self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()

@@ -70,21 +70,29 @@ def _first_stdout(nb) -> str:
 
 
 def replace_block(readme: str, block: str) -> str:
-    if START not in readme or END not in readme:
-        raise SystemExit(f"README.md needs the markers {START} and {END}")
+    counts = {m: readme.count(m) for m in (START, END)}
+    if counts != {START: 1, END: 1}:
+        raise SystemExit(
+            f"README.md needs each of the markers {START} and {END} once, in that "
+            f"order; it has {counts[START]} and {counts[END]} of them"
+        )
+    if readme.index(END) < readme.index(START):
+        raise SystemExit(
+            f"README.md has the marker {END} before {START}: put the start marker first"
+        )
     before, rest = readme.split(START, 1)
     _, after = rest.split(END, 1)
     return f"{before}{START}\n{block}{END}{after}"
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--notebook", type=Path, default=ROOT / "annotated_transformer.ipynb"
     )
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
     parser.add_argument("--check", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     old = args.readme.read_text()
     new = replace_block(old, results_block(args.notebook))
     if args.check:
