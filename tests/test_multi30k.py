@@ -511,3 +511,27 @@ def test_same_preset_and_seed_reproduce_the_run(lib, tmp_path):
     h2 = lib.checkpoints.load_checkpoint(tmp_path / "second" / "last.pt")["history"]
     for key in ("train_loss", "val_loss", "steps", "tokens", "best_step"):
         assert h1[key] == h2[key], key
+
+
+def test_resume_every_writes_last_pt_less_often_and_keeps_what_it_needs(
+    lib, cfg, data, trained, tmp_path
+):
+    """With resume_every=2, last.pt is written at every second evaluation and at the
+    end; a run stopped in between resumes from the older last.pt, finds every
+    snapshot its history needs, and ends as the uninterrupted run."""
+    _, model, history = trained
+    sparse = cfg.updated(resume_every=2)
+    written = []
+    lib.train(sparse, data, tmp_path, "cpu", log=written.append)
+    assert [("MB" in m) for m in written] == [True] * len(history["steps"])
+    mb = [float(m.rsplit("wrote ", 1)[1].split()[0]) for m in written]
+    assert mb[0] < mb[1] and mb[0] < mb[2], mb  # last.pt at evaluations 2 and 3
+    cut = tmp_path / "cut"
+    lib.train(sparse, data, cut, "cpu", max_steps=cfg.eval_every + 2, log=quiet)
+    state = lib.checkpoints.load_checkpoint(cut / "last.pt")
+    assert state["progress"]["step"] == cfg.eval_every + 2
+    resumed, h = lib.train(sparse, data, cut, "cpu", log=quiet)
+    for name, value in params(model).items():
+        assert torch.equal(value, resumed.state_dict()[name]), name
+    for step in lib.kept_steps(h, cfg.keep):
+        assert lib.snapshot_path(cut, step).exists(), step
