@@ -394,7 +394,7 @@ def test_view_inside_the_page(tmp_path, browser, capsys):
     page, log = _open(browser, out, width=1280)
     shots: list = []
     try:
-        root = page.locator(".atv")
+        root = page.locator(".atv").last  # the page's own views come first
         root.scroll_into_view_if_needed()
         root.locator(".atv-tok[data-side='q'][data-index='6']").hover()
         _check_labels(root, decode(view.html())[0]["encoder"][0], range(8), "q", 6)
