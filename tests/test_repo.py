@@ -125,3 +125,18 @@ def test_wait_policy_is_set_before_any_cell_imports_torch():
         text=True, check=True,
     )  # fmt: skip
     assert out.stdout.split() == ["PASSIVE", "True"]
+
+
+def test_colab_links_and_the_setup_cell_name_one_repository():
+    """The README's badge, the notebook's link and the Setup cell's clone all point at
+    the same GitHub repository (change all three together if it moves)."""
+    import re
+
+    pattern = re.compile(r"github(?:\.com)?/([\w.-]+/[\w.-]+?)(?:/blob/|\"|\)|$)")
+    readme = pattern.findall((ROOT / "README.md").read_text())
+    md = MD.read_text()
+    link = [r for r in pattern.findall(md) if "colab" not in r]
+    cells = [c for c in jupytext.read(MD).cells if c.cell_type == "code"]
+    setup = pattern.findall(cells[0].source)
+    assert setup and "AT_REPO_URL" in cells[0].source and "git" in cells[0].source
+    assert set(readme) == set(link) == set(setup), (readme, link, setup)
