@@ -56,7 +56,7 @@ def results_block(notebook: Path) -> str:
         parts.append(f"**{heading}**\n\n```text\n{text}\n```\n")
     if not parts:
         raise SystemExit(f"{notebook} has no cells tagged `results`")
-    preset = re.search(r"preset=(\w+)", _first_stdout(nb))
+    preset = re.search(r"preset[= ](\w+)", _first_stdout(nb))
     head = f"From the committed run of the notebook (preset `{preset[1]}`):\n\n"
     return head + "\n".join(parts)
 
@@ -64,7 +64,8 @@ def results_block(notebook: Path) -> str:
 def _first_stdout(nb) -> str:
     for cell in nb.cells:
         for o in cell.get("outputs", []):
-            if o.get("name") == "stdout" and "preset=" in o.get("text", ""):
+            text = o.get("text", "")
+            if o.get("name") == "stdout" and re.search(r"preset[= ]\w+", text):
                 return o["text"]
     return "preset=unknown"
 
