@@ -79,12 +79,24 @@ def checkpoint_root(preset: str, env=None) -> Path:
 # ------------------------------------------------------------------ precision
 
 
+def cpu_flags() -> dict[str, bool]:
+    """The CPU features that decide precision and kernels, as torch sees them."""
+    probes = {
+        "AMX": "_is_amx_tile_supported",
+        "AVX512-BF16": "_is_avx512_bf16_supported",
+        "AVX512": "_is_avx512_supported",
+    }
+    return {
+        name: bool(getattr(torch.cpu, f, lambda: False)()) for name, f in probes.items()
+    }
+
+
 def cpu_bf16() -> tuple[bool, str]:
     """(has bfloat16 instructions, which): AMX tiles or AVX512-BF16."""
-    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
-        return True, "AMX"
-    if getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
-        return True, "AVX512-BF16"
+    flags = cpu_flags()
+    for name in ("AMX", "AVX512-BF16"):
+        if flags[name]:
+            return True, name
     return False, "no bfloat16 instructions"
 
 

@@ -238,11 +238,7 @@ def cpu_peak_mib(argv, path) -> float:
 
 def cpu_features() -> str:
     torch = runtime.torch
-    flags = {
-        "AMX": getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)(),
-        "AVX512-BF16": getattr(torch.cpu, "_is_avx512_bf16_supported", bool)(),
-        "AVX512": getattr(torch.cpu, "_is_avx512_supported", lambda: False)(),
-    }
+    flags = runtime.cpu_flags()
     have = [name for name, on in flags.items() if on] or ["none of AMX/AVX512"]
     aten = torch.backends.cpu.get_cpu_capability()
     return f"CPU features: {', '.join(have)} (ATen kernels: {aten})"
