@@ -192,7 +192,9 @@ def train_cli(argv=None) -> int:
         with lock:
             if args.fresh and is_main:
                 removed = checkpoints.remove_run_files(args.ckpt_dir)
-                print("removed", removed or "nothing", flush=True)
+                if removed:
+                    print(f"--fresh: removed {len(removed)} file(s) of an earlier run "
+                          f"in {args.ckpt_dir}", flush=True)
             if world:
                 world.barrier()
             data = (

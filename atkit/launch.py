@@ -114,6 +114,10 @@ def launch_torchrun(
     cmd = torchrun_command(cli_args, nproc, code, **rdzv)
     path = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)
     child_env = {**os.environ, **(env or {}), "PYTHONPATH": path}
+    # Each worker's share of the cores, said up front: without it torchrun sets 1
+    # and prints a banner about it; the workers set their torch threads anyway.
+    cores = max(1, (os.cpu_count() or 1) // nproc)
+    child_env.setdefault("OMP_NUM_THREADS", str(cores))
     proc = subprocess.Popen(
         cmd,
         env=child_env,

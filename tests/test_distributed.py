@@ -191,6 +191,8 @@ def test_a_full_ddp_run_logs_once_and_finishes(lib, tmp_path):
     assert log.count("step    10: train loss") == 1, "rank 0 only"
     assert log.count("step    20: train loss") == 1
     assert "tokens_per_s_per_process" in log
+    # nothing of the tools' own: no launcher banner, no deprecation warning
+    assert "Warning" not in log and "*****" not in log, log[-3000:]
     assert (tmp_path / "step000020.pt").exists() and (
         tmp_path / "results.json"
     ).exists()
@@ -235,3 +237,24 @@ def test_too_few_gpus_is_a_clear_error(lib, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(RuntimeError, match="--device cpu"):
         launcher.setup_distributed("cuda")
+
+
+@pytest.mark.parametrize("new_torch", [True, False])
+def test_ddp_buffers_switch_is_the_one_this_torch_knows(lib, monkeypatch, new_torch):
+    """torch 2.13 renamed DDP's switch (the old name warns); Colab's older torch
+    knows only the old one. The wrapper asks the installed DDP which it takes."""
+    seen = {}
+
+    def new(module, device_ids=None, forward_sync_buffers=None):
+        seen.update(forward_sync_buffers=forward_sync_buffers)
+        return module
+
+    def old(module, device_ids=None, broadcast_buffers=True):
+        seen.update(broadcast_buffers=broadcast_buffers)
+        return module
+
+    monkeypatch.setattr(lib, "DDP", new if new_torch else old)
+    world = lib.DataParallel(0, 1, 0, 1, torch.device("cpu"))
+    world.wrap(torch.nn.Linear(2, 2))
+    assert seen == ({"forward_sync_buffers": False} if new_torch
+                    else {"broadcast_buffers": False})  # fmt: skip

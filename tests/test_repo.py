@@ -1,6 +1,7 @@
 """The notebook pair, the generated module and the committed outputs stay consistent."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -140,3 +141,65 @@ def test_colab_links_and_the_setup_cell_name_one_repository():
     setup = pattern.findall(cells[0].source)
     assert setup and "AT_REPO_URL" in cells[0].source and "git" in cells[0].source
     assert set(readme) == set(link) == set(setup), (readme, link, setup)
+
+
+# An absolute path of the machine that made the run: a slash-separated path that
+# starts at the root after a space, a quote, a bracket, '=' or the line's start.
+MACHINE_PATH = re.compile(r"(?:^|[\s'\"(\[=])(/(?:[\w.+-]+/)+[\w.+-]*)", re.M)
+NOISE = {
+    "a traceback": re.compile(r"Traceback \(most recent call last\)"),
+    "a warning": re.compile(r"\w*Warning\b"),
+    "a launcher banner": re.compile(r"^\*{5,}$", re.M),
+}
+
+
+def output_texts(nb):
+    """(cell index, what the reader sees as text) for every output of the notebook."""
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                yield i, out.get("name", "stdout"), out.text
+            elif out.output_type == "error":
+                yield i, "error", "\n".join(out.get("traceback", []))
+            else:
+                yield i, out.output_type, out.get("data", {}).get("text/plain", "")
+
+
+def noise_in(nb) -> list[str]:
+    found = []
+    for i, kind, text in output_texts(nb):
+        where = f"cell {i}"
+        if kind in ("stderr", "error"):
+            found.append(f"{where}: {kind} output {text.strip()[:120]!r}")
+        for name, pattern in NOISE.items():
+            if m := pattern.search(text):
+                found.append(f"{where}: {name}: {m.group(0)!r}")
+        found += [f"{where}: a machine path {p!r}" for p in MACHINE_PATH.findall(text)]
+    return found
+
+
+def test_committed_outputs_hold_no_tool_noise():
+    """No stderr, warning, traceback, launcher banner or absolute path of the machine
+    that made the run in what the reader sees (the page shows the same outputs)."""
+    found = noise_in(nbformat.read(IPYNB, as_version=4))
+    assert not found, "the committed notebook shows tool noise:\n" + "\n".join(found)
+
+
+def test_the_noise_check_finds_each_kind():
+    nb = nbformat.v4.new_notebook()
+    texts = [
+        ("stdout", "/work/x/build/lib.py:18: FutureWarning: old"),
+        ("stdout", "*****************************************\nSetting OMP..."),
+        ("stderr", "progress 10%"),
+        ("stdout", "wrote '/home/ann/run/last.pt'"),
+        ("stdout", "fine: 1/510 of a step, checkpoints/cpu/part3, https://a.b/c"),
+    ]
+    nb.cells = [
+        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("stream", name=n,
+                                                                  text=t)])
+        for n, t in texts
+    ]  # fmt: skip
+    found = noise_in(nb)
+    for i in range(4):
+        assert any(f.startswith(f"cell {i}:") for f in found), (i, found)
+    assert not any(f.startswith("cell 4:") for f in found), found

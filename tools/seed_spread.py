@@ -1,0 +1,101 @@
+"""How much does a score move with the seed alone? Part 3's model and the full
+recipe's model of Part 4, each trained with several seeds (same preset, data and
+steps), scored with sacreBLEU (greedy, the best snapshot), summarised in a JSON file
+that is committed and that Part 4's table reads.
+
+    python -m tools.seed_spread --preset cpu              # seeds 0 1 2
+    python -m tools.seed_spread --preset ci --seeds 0 1   # a quick look
+
+Seed 0 trains into the notebook's own folders (checkpoints/<preset>/part3 and
+part4-bpe-all), so a finished notebook run is loaded, not trained again, and the
+notebook finds what this program trained. Other seeds go to
+checkpoints/<preset>/seeds/. Each run is the notebook's training program (atkit.cli).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+from atkit import cli, runtime
+from atkit.files import write_text_atomic
+from atkit.seeds import spread_path, summary
+
+# the models whose spread the table needs: (name, folder of seed 0, --set changes)
+MODELS = (
+    ("part3", "part3", []),
+    ("full recipe", "part4-bpe-all", ["--set", "vocab='bpe'", "--set", "tie='all'"]),
+)
+SCORES = ("bleu_test_2016_flickr", "bleu_val")
+
+
+def cpu_name() -> str:
+    """The processor's name as Linux reports it, else the platform's."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: runs/seed-spread-<preset>.json"
+    )
+    args = p.parse_args(argv)
+    preset = args.preset or runtime.choose_preset()
+    if len(set(args.seeds)) < 2 or min(args.seeds) < 0:
+        p.error(f"--seeds {args.seeds}: give at least two different seeds >= 0")
+    out = args.out or spread_path(preset)
+    command = f"python -m tools.seed_spread --preset {preset} --seeds " + " ".join(
+        map(str, args.seeds)
+    )
+    root = runtime.checkpoint_root(preset)
+    models = {}
+    for name, folder, sets in MODELS:
+        runs = []
+        for seed in args.seeds:
+            ckpt = root / folder if seed == 0 else root / "seeds" / f"{folder}-{seed}"
+            res = Path("results") / f"{preset}-seed-{folder}-{seed}.json"
+            argv_run = ["--preset", preset, "--ckpt-dir", str(ckpt), "--out",
+                        str(res), "--set", f"seed={seed}", *sets]  # fmt: skip
+            print(f"--- {name}, seed {seed}: python -m tools.train "
+                  f"{' '.join(argv_run)}", flush=True)  # fmt: skip
+            status = cli.train_cli(argv_run)
+            if status:
+                return status
+            runs.append(json.loads(res.read_text()))
+        models[name] = {
+            "seeds": args.seeds,
+            "steps": runs[0]["steps"],
+            "config": runs[0]["config"],
+            **{key: summary([r[key] for r in runs]) for key in SCORES},
+        }
+    result = {
+        "preset": preset,
+        "command": command,
+        "machine": f"{os.cpu_count()} CPU cores, {cpu_name()}",
+        "torch": runtime.torch.__version__.split("+")[0],
+        "models": models,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, json.dumps(result, indent=2) + "\n")
+    for name, m in models.items():
+        t = m["bleu_test_2016_flickr"]
+        print(f"{name}: test_2016 BLEU {t['values']} (mean {t['mean']}, range "
+              f"{t['range']})")  # fmt: skip
+    print("->", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
