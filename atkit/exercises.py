@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import textwrap
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,8 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 NOT_DONE = (
-    "not done yet: write the function in the cell above (replace its "
-    "`raise NotImplementedError`), run that cell, then this one"
+    "not done yet: write the function above in place of its `raise "
+    "NotImplementedError`, run its cell, then this one"
 )
 MARKS = {"correct": "✓", "wrong": "✗", "not done": "…"}
 
@@ -44,8 +45,9 @@ class Verdict:
     def ok(self) -> bool:
         return self.status == "correct"
 
-    def __repr__(self) -> str:
-        return f"{MARKS[self.status]} {self.exercise}: {self.message}"
+    def __repr__(self) -> str:  # lines of at most 88 characters, as the code's
+        text = f"{MARKS[self.status]} {self.exercise}: {self.message}"
+        return textwrap.fill(text, 88, subsequent_indent="  ", break_long_words=False)
 
     __str__ = __repr__
 
