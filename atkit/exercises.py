@@ -26,9 +26,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-NOT_DONE = (
-    "not done yet: write the function above in place of its `raise "
-    "NotImplementedError`, run its cell, then this one"
+NOT_DONE = (  # a no-break space keeps the code in one piece when the line wraps
+    "not done yet: write the function above in place of its "
+    "`raise\u00a0NotImplementedError`, run its cell, then this one"
 )
 MARKS = {"correct": "✓", "wrong": "✗", "not done": "…"}
 
@@ -103,6 +103,10 @@ def _kind(value) -> str:
     return f"a {type(value).__name__}"
 
 
+_MASK_HINT = {  # for multi-head attention's mask
+    "must match the size": " (a mask of shape (B, T, S) needs a head dimension, "
+    "mask.unsqueeze(1), to broadcast to the scores' (B, h, T, S))"
+}
 _HINTS = {
     "view size is not compatible": " (after a transpose the tensor is not "
     "contiguous: use .reshape, or .contiguous().view)",
@@ -111,7 +115,7 @@ _HINTS = {
 }
 
 
-def _call(fn, *args, context: str = ""):
+def _call(fn, *args, context: str = "", hints: dict | None = None):
     """fn(*args); NotImplementedError means not done, any other error is reported
     with the line of the reader's code it came from."""
     try:
@@ -125,7 +129,8 @@ def _call(fn, *args, context: str = ""):
             if f.filename != __file__ and "site-packages" not in f.filename
         ]
         where = f", at `{frames[-1].line}`" if frames and frames[-1].line else ""
-        hint = next((h for key, h in _HINTS.items() if key in str(exc)), "")
+        hints = {**_HINTS, **(hints or {})}
+        hint = next((h for key, h in hints.items() if key in str(exc)), "")
         raise _Wrong(
             f"your function raised {type(exc).__name__}: {exc}{where}{context}{hint}"
         ) from None
@@ -497,7 +502,7 @@ def multi_head_attention(fn):
         layer.bias.copy_(mha.in_proj_bias[i * d : (i + 1) * d])
     lin[3].weight.copy_(mha.out_proj.weight)
     lin[3].bias.copy_(mha.out_proj.bias)
-    got = _tensor(_call(fn, q, kv, kv, *lin, h, mask), "the result")
+    got = _tensor(_call(fn, q, kv, kv, *lin, h, mask, hints=_MASK_HINT), "the result")
     _shape(got, (B, T, d), "the result", " (batch, queries, d_model)")
     want, _ = mha(q, kv, kv, attn_mask=(~mask).repeat_interleave(h, 0))
     if not _close(got, want):
@@ -656,7 +661,12 @@ def label_smoothing(fn):
                     "tokens; §5.4's definition mixes in the uniform distribution "
                     "over all K: the label gets 1 - eps + eps / K, every other token "
                     "eps / K",
-                )
+                ),
+                (
+                    F.one_hot(target, K).to(got.dtype),
+                    "q is the one-hot target, not smoothed: mix it with the uniform "
+                    "distribution, (1 - eps) * one_hot + eps / K",
+                ),
             ],
             atol=1e-6,
         )
