@@ -364,10 +364,18 @@ def attention(fn):
         idx = tuple((~torch.isclose(sums, torch.ones_like(sums), atol=1e-4))
                     .nonzero()[0].tolist())  # fmt: skip
         b, h, t = idx
+        zeroed = bool((p.double().abs() * ~mask).max() == 0) and bool(
+            (sums < 1 + 1e-6).all()
+        )
+        hint = (
+            "you zeroed the masked weights after the softmax; fill the masked scores "
+            "before it, so that the weights left still sum to one"
+            if zeroed
+            else "the softmax runs over the keys, the last dimension (softmax(dim=-1))"
+        )
         raise _Wrong(
             f"the weights' rows do not sum to one (batch {b}, head {h}, query {t} "
-            f"sums to {sums[idx].item():.4g}): the softmax runs over the keys, the "
-            "last dimension (softmax(dim=-1))"
+            f"sums to {sums[idx].item():.4g}): {hint}"
         )
     want = _weights(q, k, mask, d_k**-0.5)
     if not _close(p, want):

@@ -131,6 +131,13 @@ def attn_wrong_dim(q, k, v, mask=None):
     return _attn(q, k, v, mask, q.size(-1) ** -0.5, torch.finfo(q.dtype).min, dim=-2)
 
 
+def attn_zeroed_after_softmax(q, k, v, mask=None):
+    w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+    if mask is not None:
+        w = w * mask
+    return w @ v, w
+
+
 def attn_fill_1e9(q, k, v, mask=None):
     return _attn(q, k, v, mask, q.size(-1) ** -0.5, -1e9)
 
@@ -350,6 +357,7 @@ WRONG = [
     ("attention", (attn_mask_ignored,), r"masked positions receive weight: at \("),
     ("attention", (attn_mask_inverted,), r"hid the keys where the mask is True"),
     ("attention", (attn_wrong_dim,), r"rows do not sum to one .*softmax\(dim=-1\)"),
+    ("attention", (attn_zeroed_after_softmax,), r"zeroed the masked weights after"),
     ("attention", (attn_fill_1e9,), r"float16 inputs.*-1e9 does not fit in float16"),
     ("attention", (attn_weights_only,), r"should return \(output, weights\)"),
     ("attention", (attn_keys_not_values,), r"the output .* it is weights @ value"),
