@@ -7,6 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NB := annotated_transformer
+EX := exercises
 # Use the local Multi30k copy beside the checkout when there is one (no download).
 SHARED_DATA := $(abspath ../shared/data/multi30k)
 ifneq ($(wildcard $(SHARED_DATA)/train.de.gz),)
@@ -21,13 +22,15 @@ ifneq ($(PRESET),)
 export AT_PRESET := $(PRESET)
 endif
 
-.PHONY: help setup run execute readme page test pytest lint format sync export train bench freeze clean
+.PHONY: help setup run execute exercises readme page test pytest lint format sync export train bench freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
-	@echo "make page   - render docs/index.html from $(NB).ipynb (nbconvert + KaTeX, --strict)"
+	@echo "             (and the exercises, $(EX).ipynb, into docs/$(EX).html)"
+	@echo "make exercises - execute $(EX).ipynb (stubs unfilled) and render docs/$(EX).html (seconds)"
+	@echo "make page   - render docs/index.html and docs/$(EX).html from the notebooks (nbconvert + KaTeX, --strict)"
 	@echo "make test   - pytest + nbval (ci preset) + sync check + ruff"
-	@echo "make sync   - update $(NB).ipynb's cells from $(NB).md (outputs kept)"
+	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
 	@echo "make train PRESET=cpu   - train Part 3's model outside Jupyter (results/<preset>-multi30k.json)"
 	@echo "make bench              - didactic vs fast training step: tokens/s, memory"
@@ -41,42 +44,51 @@ $(STAMP): requirements.txt
 	@touch $(STAMP)
 
 sync: setup
-	$(PY) -m jupytext --to ipynb --update $(NB).md
+	$(PY) -m jupytext --to ipynb --update $(NB).md $(EX).md
 
 export: setup
 	$(PY) nbexport.py
 
 # AT_PROGRESS=0: the committed notebook keeps one line per evaluation, not every
 # refresh of a progress bar (they stay live in Jupyter).
+EXECUTE = AT_PROGRESS=0 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+	--ExecutePreprocessor.timeout=-1 --ExecutePreprocessor.kernel_name=python3
+
 execute: sync export
-	AT_PROGRESS=0 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
-		--ExecutePreprocessor.timeout=-1 --ExecutePreprocessor.kernel_name=python3 $(NB).ipynb
+	$(EXECUTE) $(NB).ipynb
+	$(EXECUTE) $(EX).ipynb
 
 page: setup
 	$(PY) -m tools.render_page --strict --notebook $(NB).ipynb --out docs/index.html
+	$(PY) -m tools.render_page --strict --notebook $(EX).ipynb --out docs/$(EX).html
+
+# The exercises alone (their stubs unfilled: every check says "not done yet").
+exercises: sync export
+	$(EXECUTE) $(EX).ipynb
+	$(PY) -m tools.render_page --strict --notebook $(EX).ipynb --out docs/$(EX).html
 
 readme: setup
 	$(PY) -m tools.readme_results --notebook $(NB).ipynb
 
 run: execute readme page
-	@echo "executed $(NB).ipynb, copied its results into README.md, rendered docs/index.html"
+	@echo "executed $(NB).ipynb and $(EX).ipynb, copied the results into README.md, rendered docs/index.html and docs/$(EX).html"
 
 lint: setup
-	$(PY) -m ruff check . $(NB).ipynb
-	$(PY) -m ruff format --check . $(NB).ipynb
+	$(PY) -m ruff check . $(NB).ipynb $(EX).ipynb
+	$(PY) -m ruff format --check . $(NB).ipynb $(EX).ipynb
 
 format: setup
-	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md
+	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md $(EX).md
 	@# the pipe leaves extra blank lines around cells; keep one
-	$(PY) -c "import re,pathlib as p; f=p.Path('$(NB).md'); s=f.read_text(); \
-		s=re.sub(r'\n\n\n+(\x60\x60\x60python)', r'\n\n\1', s); \
-		f.write_text(re.sub(r'(\n\x60\x60\x60\n)\n\n+', r'\1\n', s))"
+	for nb in $(NB).md $(EX).md; do $(PY) -c "import re,pathlib as p; f=p.Path('$$nb'); \
+		s=f.read_text(); s=re.sub(r'\n\n\n+(\x60\x60\x60python)', r'\n\n\1', s); \
+		f.write_text(re.sub(r'(\n\x60\x60\x60\n)\n\n+', r'\1\n', s))"; done
 	$(PY) -m ruff format .
 	$(MAKE) sync
 
 # The tests run in the small `ci` preset whatever the hardware.
 pytest: setup export
-	AT_PRESET=ci $(PY) -m pytest tests $(NB).ipynb --nbval-lax --nbval-current-env -p no:cacheprovider $(PYTEST_ARGS)
+	AT_PRESET=ci $(PY) -m pytest tests $(NB).ipynb $(EX).ipynb --nbval-lax --nbval-current-env -p no:cacheprovider $(PYTEST_ARGS)
 
 test: lint pytest
 

@@ -452,18 +452,47 @@ def test_command_line(tmp_path):
     assert stale.returncode == 1 and "is stale" in stale.stderr
 
 
-def test_notebook_page(tmp_path, browser, capsys):
-    out = tmp_path / "index.html"
-    rendered = _render(NOTEBOOK, out)
+@pytest.mark.parametrize(
+    "notebook, page",
+    [(NOTEBOOK, PAGE), (ROOT / "exercises.ipynb", ROOT / "docs" / "exercises.html")],
+    ids=["notebook", "exercises"],
+)
+def test_notebook_page(tmp_path, browser, capsys, notebook, page):
+    out = tmp_path / page.name
+    rendered = _render(notebook, out)
     parts = [
         h.text for h in rendered.headings if h.level == 2 and h.text.startswith("Part")
     ]
     assert parts, "the notebook has no '## Part ...' heading"
-    info = inspect_page(browser, out, "annotated_transformer")
+    info = inspect_page(browser, out, notebook.stem)
     _announce(capsys, info)
     check_page(info, rendered)
-    assert PAGE.is_file(), f"{PAGE.relative_to(ROOT)} is missing: run `make run`"
-    assert PAGE.read_bytes() == out.read_bytes(), (
-        f"{PAGE.relative_to(ROOT)} is not the render of {NOTEBOOK.name}: "
+    assert page.is_file(), f"{page.relative_to(ROOT)} is missing: run `make run`"
+    assert page.read_bytes() == out.read_bytes(), (
+        f"{page.relative_to(ROOT)} is not the render of {notebook.name}: "
         "run `make page`"
     )
+
+
+def test_the_pages_link_to_each_other():
+    """The notebooks' links to each other lead, on the pages, to the other page and
+    to a heading that is there; the main page links to each Part's exercises."""
+    import re
+
+    pages = {name: ROOT / "docs" / name for name in render_page.PAGES.values()}
+    ids = {
+        name: set(re.findall(r'\bid="([^"]+)"', p.read_text(encoding="utf-8")))
+        for name, p in pages.items()
+    }
+    links = {
+        name: re.findall(r'href="([\w.-]+\.(?:html|ipynb))(?:#([^"]*))?"',
+                         p.read_text(encoding="utf-8"))
+        for name, p in pages.items()
+    }  # fmt: skip
+    for name, found in links.items():
+        assert found, f"{name} links to no other page"
+        for target, anchor in found:
+            assert target in ids, f"{name} links to {target}, which is no page"
+            assert not anchor or anchor in ids[target], f"{name}: {target}#{anchor}"
+    parts = {a for t, a in links["index.html"] if t == "exercises.html" and a}
+    assert len(parts) == 4 and all(a.startswith("part-") for a in parts), parts

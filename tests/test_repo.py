@@ -14,27 +14,33 @@ from conftest import ROOT, clean_env
 
 MD = ROOT / "annotated_transformer.md"
 IPYNB = ROOT / "annotated_transformer.ipynb"
+PAIRS = [(MD, IPYNB), (ROOT / "exercises.md", ROOT / "exercises.ipynb")]
 
 
 def cells(nb):
     return [(c.cell_type, c.source.strip()) for c in nb.cells]
 
 
-def test_md_and_ipynb_hold_the_same_cells():
-    md, ipynb = cells(jupytext.read(MD)), cells(jupytext.read(IPYNB))
+@pytest.mark.parametrize("md_path, ipynb_path", PAIRS, ids=lambda p: p.name)
+def test_md_and_ipynb_hold_the_same_cells(md_path, ipynb_path):
+    md, ipynb = cells(jupytext.read(md_path)), cells(jupytext.read(ipynb_path))
     if md != ipynb:
         i = next(
             (k for k, (a, b) in enumerate(zip(md, ipynb, strict=False)) if a != b),
             min(len(md), len(ipynb)),
         )
         pytest.fail(
-            f"{MD.name} and {IPYNB.name} differ ({len(md)} vs {len(ipynb)} cells; "
-            f"first difference at cell {i}): run `make sync`, then `make run`"
+            f"{md_path.name} and {ipynb_path.name} differ ({len(md)} vs "
+            f"{len(ipynb)} cells; first difference at cell {i}): run `make sync`, "
+            "then `make run`"
         )
 
 
-def test_committed_notebook_was_executed_in_one_run_without_errors():
-    nb = nbformat.read(IPYNB, as_version=4)
+@pytest.mark.parametrize(
+    "ipynb_path", [ipynb for _, ipynb in PAIRS], ids=lambda p: p.name
+)
+def test_committed_notebook_was_executed_in_one_run_without_errors(ipynb_path):
+    nb = nbformat.read(ipynb_path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     counts = [c.get("execution_count") for c in code]
     assert None not in counts, "some code cells were never executed: run `make run`"
@@ -135,7 +141,7 @@ def test_colab_links_and_the_setup_cell_name_one_repository():
 
     pattern = re.compile(r"github(?:\.com)?/([\w.-]+/[\w.-]+?)(?:/blob/|\"|\)|$)")
     readme = pattern.findall((ROOT / "README.md").read_text())
-    md = MD.read_text()
+    md = MD.read_text() + (ROOT / "exercises.md").read_text()
     link = [r for r in pattern.findall(md) if "colab" not in r]
     cells = [c for c in jupytext.read(MD).cells if c.cell_type == "code"]
     setup = pattern.findall(cells[0].source)

@@ -1,6 +1,7 @@
 """Render the executed notebook into one self-contained HTML page, with nbconvert.
 
     python -m tools.render_page          # the notebook -> docs/index.html
+    python -m tools.render_page --notebook exercises.ipynb --out docs/exercises.html
     python -m tools.render_page --notebook X.ipynb --out page.html [--strict]
     python -m tools.render_page --check  # exit 1 if docs/index.html is stale
 
@@ -11,6 +12,8 @@ with its images embedded, stream outputs coalesced (a carriage return keeps a li
 last state), ANSI colours, Pygments highlighting. This script adds what nbconvert has
 not: math typeset at build time by KaTeX run with node (the page runs no math
 JavaScript; KaTeX's CSS and fonts are inlined), a table of contents, and the checks.
+A link to one of the repository's notebooks (``exercises.ipynb#part-1-the-model``)
+becomes a link to its page beside this one (``exercises.html#part-1-the-model``).
 KaTeX comes from the npm registry: when ``build/node_modules/katex`` is missing or not
 the pinned version, it is installed with ``npm install --prefix build katex@VERSION``.
 
@@ -57,6 +60,14 @@ NOTEBOOK = ROOT / "annotated_transformer.ipynb"
 OUT = ROOT / "docs" / "index.html"
 KATEX_VERSION = "0.19.1"
 KATEX_DIR = ROOT / "build" / "node_modules" / "katex"
+# Each notebook with a page, and the page's file name in docs/.
+PAGES = {
+    "annotated_transformer.ipynb": "index.html",
+    "exercises.ipynb": "exercises.html",
+}
+_NOTEBOOK_LINK_RE = re.compile(
+    r'href="(' + "|".join(map(re.escape, PAGES)) + r')(#[^"]*)?"'
+)
 
 _MATH = "\ue000MATH{}\ue001"  # a formula's place in the HTML until KaTeX has run
 _MATH_RE = re.compile("\ue000MATH(\\d+)\ue001")
@@ -411,6 +422,9 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
     body, _ = _exporter(page).from_notebook_node(nb, resources=resources)
     rendered = typeset(page.math, katex_dir)
     body = _MATH_RE.sub(lambda m: rendered[int(m.group(1))], body)
+    body = _NOTEBOOK_LINK_RE.sub(
+        lambda m: f'href="{PAGES[m.group(1)]}{m.group(2) or ""}"', body
+    )  # a link to a notebook leads to its page
     remote = _REMOTE_TAG_RE.search(body) or _REMOTE_CSS_RE.search(body)
     if remote:
         raise PageError(
