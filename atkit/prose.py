@@ -38,4 +38,4 @@ def wrap(text: str, width: int = WIDTH, indent: int | None = None) -> str:
 
 def say(*parts, width: int = WIDTH, indent: int | None = None, sep=" ") -> None:
     """print(*parts), wrapped to `width` characters (see `wrap`)."""
-    print(wrap(sep.join(str(p) for p in parts), width, indent), flush=True)
+    print(wrap(sep.join(str(p) for p in parts), width, indent))
