@@ -193,8 +193,11 @@ def train_cli(argv=None) -> int:
             if args.fresh and is_main:
                 removed = checkpoints.remove_run_files(args.ckpt_dir)
                 if removed:
-                    print(f"--fresh: removed {len(removed)} file(s) of an earlier run "
-                          f"in {args.ckpt_dir}", flush=True)
+                    print(
+                        f"--fresh: removed {len(removed)} file(s) of an earlier run "
+                        f"in {args.ckpt_dir}",
+                        flush=True,
+                    )
             if world:
                 world.barrier()
             data = (

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,62 @@ def cfg(lib, request):
 @pytest.fixture(scope="module")
 def data(lib, cfg):
     return lib.prepare_data(cfg)
+
+
+# ------------------------------------------- the notebook executed as on Colab
+
+NOTEBOOK = ROOT / "annotated_transformer.ipynb"
+
+
+def snapshot_repository(target):
+    """A git repository holding this working tree's files (committed or not, ignored
+    files left out): what the notebook's Setup cell clones."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+        capture_output=True, text=True, check=True,
+    ).stdout.split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(target)]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
+        subprocess.run(git + args, check=True)
+
+
+@pytest.fixture(scope="session")
+def colab_run(tmp_path_factory):
+    """The .ipynb executed as Colab runs it, once per session: the file alone in an
+    empty folder, its Setup cell cloning this working tree from a file:// URL, every
+    cell in a fresh kernel, the ci preset. Returns `nb` (the executed notebook) and
+    `folder` (Colab's /content: the notebook, and the clone in at-repo/)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    if shutil.which("git") is None:
+        pytest.fail("git is needed: the Setup cell clones the repository with it")
+    tmp = tmp_path_factory.mktemp("colab")
+    repo = tmp / "github"
+    repo.mkdir()
+    snapshot_repository(repo)
+    colab = tmp / "content"
+    colab.mkdir()
+    shutil.copy(NOTEBOOK, colab / NOTEBOOK.name)
+    nb = nbformat.read(colab / NOTEBOOK.name, as_version=4)
+    # the checkout must not be importable (the Setup cell fetches it); packages stay
+    # where this machine keeps them (the GPU check's /tmp/site is on PYTHONPATH)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if inherited_pythonpath():
+        env["PYTHONPATH"] = os.pathsep.join(inherited_pythonpath())
+    env.update(
+        AT_REPO_URL=f"file://{repo}", AT_PRESET="ci", AT_PROGRESS="0",
+        MULTI30K_DIR=str(DATA),
+    )  # fmt: skip
+    client = NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": colab}}
+    )
+    client.execute(cwd=str(colab), env=env)
+    return types.SimpleNamespace(nb=nb, folder=colab)
 
 
 # ----------------------------------------------- headless Chromium (page tests)

@@ -302,6 +302,9 @@ def test_two_views_in_chromium(tmp_path, browser, capsys):
         state = b.evaluate(STATE_JS)
         assert (state["kind"], state["layer"], state["head"]) == ("cross", "1", "5")
         assert b.locator(".atv-head button[aria-pressed='true']").inner_text() == "6"
+        # Counted from 1, as Part 6's plots and statistics count (tests/test_heads.py).
+        assert b.locator(".atv-layer button[aria-pressed='true']").inner_text() == "2"
+        assert "layer 2," in b.locator(".atv-caption").inner_text()
         cross = data_b[0]["cross"][1]  # (h, T, S) of layer 2
         b.locator(".atv-tok[data-side='q'][data-index='7']").hover()
         labels = _check_labels(b, cross, [5], "q", 7)

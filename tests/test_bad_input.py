@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from atkit import cli, launch, runtime
+from atkit import cli, launch, resume, runtime
 from conftest import quiet
 
 TINY = {"n_train": 120, "n_eval": 8, "max_tokens": 300, "N": 1, "d_model": 32,
@@ -177,8 +177,8 @@ def test_non_finite_weights_are_never_saved(lib, cfg, data, tmp_path):
     run = lib.start_run(cfg, data, ckpt_dir, "cpu")
     with torch.no_grad():
         next(run.model.parameters())[0, 0] = float("inf")
-    with pytest.raises(lib.NonFiniteLossError, match="last.pt"):
-        lib.save_run(run, lib.SingleProcess())
+    with pytest.raises(resume.NonFiniteLossError, match="last.pt"):
+        resume.save_run(run, lib.SingleProcess())
     assert not (tmp_path / "last.pt").exists()
 
 

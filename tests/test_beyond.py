@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from atkit import resume
 from conftest import quiet
 
 TINY = {
@@ -160,7 +161,7 @@ def test_bpe_checkpoint_carries_and_restores_the_vocabulary(
 def test_snapshots_average_around_the_best_step(lib, bpe_cfg, bpe_run):
     ckpt_dir, model, history = bpe_run
     assert history["steps"] == [12, 24, 36]
-    paths = [lib.snapshot_path(ckpt_dir, s) for s in history["steps"]]
+    paths = [resume.snapshot_path(ckpt_dir, s) for s in history["steps"]]
     steps = [torch.load(p, weights_only=True)["step"] for p in paths]
     assert steps == history["steps"]
     final = model.state_dict()

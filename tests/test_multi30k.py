@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from atkit import cli
+from atkit import cli, resume
 from atkit import data as corpus
 from conftest import DATA, quiet
 
@@ -339,10 +339,10 @@ def test_checkpoint_is_plain_data(lib, cfg, trained):
     assert history["val_loss"][best] == min(history["val_loss"])
     # the snapshots kept are those averaging may need, in the same format
     kept = sorted(int(p.stem[4:]) for p in ckpt_dir.glob("step*.pt"))
-    assert kept == sorted(lib.kept_steps(history, cfg.keep))
+    assert kept == sorted(resume.kept_steps(history, cfg.keep))
     assert len(kept) <= 2 * cfg.keep
     for step in kept:
-        snap = lib.model_from_checkpoint(lib.snapshot_path(ckpt_dir, step))
+        snap = lib.model_from_checkpoint(resume.snapshot_path(ckpt_dir, step))
         assert snap[1] == cfg
 
 
@@ -533,5 +533,5 @@ def test_resume_every_writes_last_pt_less_often_and_keeps_what_it_needs(
     resumed, h = lib.train(sparse, data, cut, "cpu", log=quiet)
     for name, value in params(model).items():
         assert torch.equal(value, resumed.state_dict()[name]), name
-    for step in lib.kept_steps(h, cfg.keep):
-        assert lib.snapshot_path(cut, step).exists(), step
+    for step in resume.kept_steps(h, cfg.keep):
+        assert resume.snapshot_path(cut, step).exists(), step

@@ -232,6 +232,37 @@ def inspect_page(browser, page_path: Path, shot_name: str) -> dict:
     return info
 
 
+# Output blocks wider than their box (a reader must scroll sideways to read them), with
+# the first line of their cell's code and the longest line of the block.
+WIDE_OUTPUTS_JS = r"""
+() => [...document.querySelectorAll('.cell.code')].flatMap(cell => {
+  const code = (cell.querySelector('.input')?.textContent ?? '').trim();
+  return [...cell.querySelectorAll('.output pre')]
+    .filter(pre => pre.scrollWidth > pre.clientWidth)
+    .map(pre => ({
+      code: code.split('\n')[0].slice(0, 80), fullCode: code,
+      scroll: pre.scrollWidth, box: pre.clientWidth,
+      line: pre.textContent.split('\n').reduce((a, b) => b.length > a.length ? b : a),
+    }));
+})
+"""
+
+# Cells whose lines the notebook does not write: Part 5's torchrun workers print the
+# command line's summary, which names the results file by its full path (long in a
+# temporary folder; the committed run's is relative and short).
+NOT_WRITTEN_BY_THE_NOTEBOOK = ("launch_torchrun(",)
+
+
+def wide_outputs(browser, page_path: Path) -> list[dict]:
+    """The output blocks of the page, at 1280 px, that are wider than their box."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(page_path.resolve().as_uri(), wait_until="load")
+    page.evaluate("document.fonts.ready.then(() => true)")
+    found = page.evaluate(WIDE_OUTPUTS_JS)
+    page.close()
+    return found
+
+
 def check_page(info: dict, rendered: render_page.Page) -> None:
     """Assert everything the page must satisfy; each message says what went wrong."""
     assert not info["katexErrors"], f"math KaTeX rejected: {info['katexErrors']}"
@@ -496,3 +527,49 @@ def test_the_pages_link_to_each_other():
             assert not anchor or anchor in ids[target], f"{name}: {target}#{anchor}"
     parts = {a for t, a in links["index.html"] if t == "exercises.html" and a}
     assert len(parts) == 4 and all(a.startswith("part-") for a in parts), parts
+
+
+def test_wide_output_is_caught_and_wrapped_text_fits(tmp_path, browser):
+    """The width check flags a long printed line, and text wrapped by atkit.prose
+    (the notebook's `say`) fits the box at 1280 px."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from atkit.prose import wrap
+
+    sentence = "* a conclusion the prose points to, " + "with many more words " * 12
+    cells = [
+        new_code_cell(f"print({sentence!r})", execution_count=1, outputs=[
+            new_output("stream", name="stdout", text=sentence + "\n")]),
+        new_code_cell(f"say({sentence!r})", execution_count=2, outputs=[
+            new_output("stream", name="stdout", text=wrap(sentence) + "\n")]),
+    ]  # fmt: skip
+    nb_path = tmp_path / "wide.ipynb"
+    nbformat.write(new_notebook(cells=cells), nb_path)
+    out = tmp_path / "wide.html"
+    _render(nb_path, out)
+    wide = wide_outputs(browser, out)
+    assert [w["code"] for w in wide] == [f"print({sentence!r})"[:80]], wide
+    assert len(wrap(sentence).split("\n")) > 2
+
+
+def test_fresh_page_outputs_fit_their_boxes(colab_run, tmp_path, browser, capsys):
+    """The notebook executed now (ci preset, as on Colab) and rendered: at 1280 px no
+    output block is wider than its box, so the conclusions the cells write (Part 4's
+    table, Part 5's benchmark, Part 6's heads, ...) read without scrolling sideways."""
+    executed = colab_run.folder / "at-repo" / NOTEBOOK.name  # beside images/
+    nbformat.write(colab_run.nb, executed)
+    out = tmp_path / "index.html"
+    rendered = _render(executed, out)
+    info = inspect_page(browser, out, "fresh-ci")
+    _announce(capsys, info)
+    check_page(info, rendered)
+    wide = [
+        w
+        for w in wide_outputs(browser, out)
+        if not any(mark in w["fullCode"] for mark in NOT_WRITTEN_BY_THE_NOTEBOOK)
+    ]
+    report = "\n".join(
+        f"{w['code']!r}: {w['scroll']} px in a {w['box']} px box; e.g. {w['line']!r}"
+        for w in wide
+    )
+    assert not wide, f"outputs wider than their box at 1280 px:\n{report}"

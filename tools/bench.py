@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from atkit import cli, runtime
+from atkit.prose import say
 
 # Dense bf16 (fp16 where the GPU has no bf16) tensor-core peaks, FLOP/s, from the
 # vendors' data sheets. Names match as whole words, specific ones first.
@@ -286,10 +287,11 @@ def main(argv=None) -> int:
     auto, why = runtime.auto_precision(device)
     print(f'precision="auto" here: {auto} ({why})')
     m = cfg.model
-    print(
+    say(
         f"preset {args.preset}: N={m.N} d_model={m.d_model} d_ff={m.d_ff} h={m.h} "
         f"vocab={vocab}: {n_params / 1e6:.1f}M parameters; {len(batches)} batches "
-        f"of {min(ntok)}-{max(ntok)} label tokens (max_tokens {cfg.max_tokens})"
+        f"of {min(ntok)}-{max(ntok)} label tokens (max_tokens {cfg.max_tokens})",
+        indent=2,
     )
     if "fast" in setups:
         fast = setups["fast"]
@@ -341,10 +343,11 @@ def main(argv=None) -> int:
     print()
     for p, f in figures.items():
         mfu = f", MFU {f['mfu']:.1%} of {peak / 1e12:.0f} TFLOP/s" if peak else ""
-        print(
+        say(
             f"{p:>9}: {f['tokens_per_s']:>10,.0f} label tok/s (best round; median "
             f"{f['tokens_per_s_median']:,.0f}), {f['flops_per_s'] / 1e9:,.1f} "
-            f"GFLOP/s{mfu}, peak memory {f['peak_mib']:,.0f} MiB above model and data"
+            f"GFLOP/s{mfu}, peak memory {f['peak_mib']:,.0f} MiB above model and data",
+            indent=11,
         )
     if {"didactic", "fast"} <= set(figures):
         ratio = figures["fast"]["tokens_per_s"] / figures["didactic"]["tokens_per_s"]

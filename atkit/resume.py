@@ -1,0 +1,233 @@
+"""A training run's state on disk: saved at evaluation points, put back on a restart.
+
+The notebook's `train` (Part 3) keeps, in its checkpoint folder, a snapshot of the
+weights at every evaluation and, every `resume_every` evaluations, the whole state of
+the run in `last.pt` (weights, optimiser, schedule, gradient scaler, the position in
+the shuffled epoch, every process's random state and partial loss). Started again on
+that folder, it continues from `last.pt` (or from `prev.pt`, the one before, if
+`last.pt` is damaged) and ends with exactly the weights of an uninterrupted run. This
+module holds that machinery, so that the notebook's loop stays readable:
+
+* `TrainingRun`, what a run is made of and what it has done so far;
+* `run_folder`, which checks, locks and prepares the folder around a run;
+* `resume` / `restore_run`, which put a saved run back after checking that it was made
+  with the same settings and vocabularies (`resumable` names the settings that may
+  change), and `save_run`, which writes it;
+* `save_snapshot`, `kept_steps` and `prune_snapshots`: the per-evaluation snapshots,
+  of which a run keeps those that checkpoint averaging may need (Part 4).
+
+A run here is duck-typed: anything with the attributes of `TrainingRun`; a *world* is
+the notebook's `SingleProcess` or its data-parallel kind (Part 5): `rank`, `size`,
+`is_main`, `gather`, `barrier`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from atkit import checkpoints
+from atkit.settings import ConfigError
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became inf or NaN; the weights are no longer usable."""
+
+
+# ------------------------------------------------------------------ the run
+
+
+def _new_history() -> dict:
+    return dict(
+        steps=[], train_loss=[], val_loss=[], time_s=[], train_time_s=0.0, tokens=0,
+        best_step=None, world_size=1,
+    )  # fmt: skip
+
+
+@dataclass
+class TrainingRun:
+    """A run's parts (the notebook's RunConfig, TranslationData, model, optimiser,
+    schedule, loss, Precision), where it writes, and how far it has got."""
+
+    cfg: object
+    data: object
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    loss_compute: object
+    precision: object
+    ckpt_dir: Path
+    device: torch.device
+    progress: dict = field(
+        # epoch; batches of its shuffled order done; this window's loss and tokens
+        default_factory=lambda: dict(step=0, epoch=0, batch=0, loss=0.0, ntokens=0)
+    )
+    history: dict = field(default_factory=_new_history)
+
+
+@contextlib.contextmanager
+def run_folder(ckpt_dir, world):
+    """Check `ckpt_dir`, hold its lock (one run per folder) and prepare it, on the
+    main process; every process waits until it is ready."""
+    checkpoints.check_ckpt_dir(ckpt_dir)  # before the lock creates anything there
+    lock = checkpoints.run_lock(ckpt_dir) if world.is_main else contextlib.nullcontext()
+    with lock:
+        if world.is_main:
+            checkpoints.prepare_ckpt_dir(ckpt_dir)
+        world.barrier()
+        yield Path(ckpt_dir)
+
+
+def check_max_steps(run: TrainingRun, max_steps) -> None:
+    """`max_steps` (stop early, resumable) must lie beyond the steps already done."""
+    done = run.progress["step"]
+    if max_steps is not None and max_steps <= done:
+        raise ConfigError(
+            f"max_steps={max_steps}, but the run in {run.ckpt_dir} has done "
+            f"{done} steps already: nothing to train"
+        )
+
+
+def check_lengths(run: TrainingRun) -> None:
+    """Every training and validation sentence fits the positional encoding."""
+    data, max_len = run.data, run.cfg.model.max_len
+    longest = max(len(x) for pairs in (data.train, data.val) for p in pairs for x in p)
+    if longest > max_len:
+        raise ConfigError(
+            f"a sentence of {longest} ids is longer than the positional "
+            f"encoding's ModelConfig.max_len={max_len}"
+        )
+
+
+# ------------------------------------------------------------------ resuming
+
+RESUMABLE = {"compile", "decode_tokens", "resume_every"}  # they change no number
+
+
+def resumable(cfg: dict) -> set[str]:
+    """Settings that a run with config `cfg` (a dict) may change when it resumes:
+    RESUMABLE, and `steps` without a cool-down (the schedule ignores the total)."""
+    no_cooldown = isinstance(cfg, dict) and cfg.get("cooldown") == 0
+    return RESUMABLE | ({"steps"} if no_cooldown else set())
+
+
+def resume(run: TrainingRun, world, log=print) -> bool:
+    """Put back the run saved in run.ckpt_dir, if there is one; True if there was."""
+    found = checkpoints.resume_state(run.ckpt_dir, log)
+    if found is not None:
+        restore_run(run, *found, world, log)
+    return found is not None
+
+
+def _same_vocab(vocab, saved) -> bool:
+    if not isinstance(saved, dict) or saved.get("kind") != vocab.kind:
+        return False
+    try:
+        return type(vocab).from_state(saved).itos == vocab.itos
+    except (KeyError, ValueError, TypeError, RuntimeError):
+        return False
+
+
+def restore_run(run: TrainingRun, path, state, world, log=print) -> None:
+    """Put the state saved in `path` back into `run`, on each process its own."""
+    changed = checkpoints.changed_settings(
+        state["config"], run.cfg.to_dict(), resumable(state["config"])
+    )
+    if changed:
+        raise ConfigError(
+            f"{run.ckpt_dir} holds a run with other settings ({changed}); give "
+            "another ckpt_dir, change them back, or delete its checkpoints"
+        )
+    for side in ("vocab_src", "vocab_tgt"):
+        if not _same_vocab(getattr(run.data, side), state[side]):
+            raise ConfigError(f"{run.ckpt_dir} was trained with another vocabulary")
+    try:
+        run.model.load_state_dict(state["model"])
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.scheduler.load_state_dict(state["scheduler"])
+        if run.precision.scaler is not None and state.get("scaler"):
+            run.precision.scaler.load_state_dict(state["scaler"])
+        progress, history = dict(state["progress"]), dict(state["history"])
+        ranks = state["ranks"]  # what each process of the saving run had of its own
+        if len(ranks) == world.size:
+            mine = ranks[world.rank]
+        else:  # another process count: rank 0 carries the window's partial loss
+            log(f"resuming with {world.size} process(es) a run saved by {len(ranks)}")
+            mine = {
+                "rng": ranks[world.rank % len(ranks)]["rng"],
+                "loss": sum(r["loss"] for r in ranks) if world.rank == 0 else 0.0,
+                "ntokens": sum(r["ntokens"] for r in ranks) if world.rank == 0 else 0,
+            }
+        checkpoints.set_rng_state(mine["rng"], run.device)
+        progress.update(loss=mine["loss"], ntokens=mine["ntokens"])
+    except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as err:
+        raise checkpoints.CheckpointError(
+            f"{path} does not fit this run ({type(err).__name__}: {str(err)[:300]}); "
+            "it was edited or damaged: delete it to resume from prev.pt, or start "
+            "the run again"
+        ) from None
+    run.progress, run.history = progress, history
+
+
+# ------------------------------------------------------------------ saving
+
+
+def save_run(run: TrainingRun, world) -> int:
+    """Write last.pt (the old one becomes prev.pt); returns the bytes written. Every
+    process contributes its random state and partial loss; the first one writes.
+    Weights holding inf or NaN are never written over a good last.pt."""
+    p = run.progress
+    ranks = world.gather(
+        {"rng": checkpoints.rng_state(run.device), "loss": p["loss"],
+         "ntokens": p["ntokens"]}
+    )  # fmt: skip
+    if not world.is_main:
+        return 0
+    if not all(bool(torch.isfinite(w).all()) for w in run.model.parameters()):
+        raise NonFiniteLossError(
+            f"the weights hold inf or NaN at step {p['step']}; "
+            f"{run.ckpt_dir / 'last.pt'} was left as it was"
+        )
+    scaler = run.precision.scaler
+    state = checkpoints.make_checkpoint(
+        run.model, run.cfg, run.data.vocab_src, run.data.vocab_tgt,
+        optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
+        scaler=scaler.state_dict() if scaler is not None else {},
+        progress=dict(p), history=run.history, ranks=ranks,
+    )  # fmt: skip
+    return checkpoints.save_rotating(state, run.ckpt_dir / "last.pt", "prev.pt")
+
+
+def snapshot_path(ckpt_dir, step: int) -> Path:
+    return Path(ckpt_dir) / f"step{step:06d}.pt"
+
+
+def save_snapshot(run: TrainingRun, world, val_loss: float) -> int:
+    """The weights at this step (the main process writes); returns the bytes."""
+    if not world.is_main:
+        return 0
+    step = run.progress["step"]
+    snapshot = checkpoints.make_checkpoint(
+        run.model, run.cfg, run.data.vocab_src, run.data.vocab_tgt,
+        step=step, val_loss=val_loss,
+    )  # fmt: skip
+    return checkpoints.save_checkpoint(snapshot, snapshot_path(run.ckpt_dir, step))
+
+
+def kept_steps(history: dict, keep: int) -> set[int]:
+    """Steps whose snapshots may still be averaged: the last `keep` evaluations and
+    the `keep` that end at the best one."""
+    steps = history["steps"]
+    best = steps.index(history["best_step"])
+    return set(steps[-keep:]) | set(steps[max(0, best - keep + 1) : best + 1])
+
+
+def prune_snapshots(run: TrainingRun, world) -> None:
+    """Delete the snapshots that the history saved in last.pt no longer needs."""
+    keep = kept_steps(run.history, run.cfg.keep)
+    for step in run.history["steps"] if world.is_main else ():
+        if step not in keep:
+            snapshot_path(run.ckpt_dir, step).unlink(missing_ok=True)
