@@ -14,11 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from nbclient import NotebookClient
-from test_colab import snapshot_repository
 
 import exercises_solutions as sol
 from atkit import exercises as check
-from conftest import DATA, ROOT, inherited_pythonpath
+from conftest import DATA, ROOT, inherited_pythonpath, snapshot_repository
 
 MD = ROOT / "exercises.md"
 IPYNB = ROOT / "exercises.ipynb"
