@@ -51,6 +51,8 @@ def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
 
 def load_checkpoint(path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:

@@ -190,7 +190,7 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
         raise ValueError(f"--out {out} is a folder; give a file name")
     check_writable(out.parent, "--out")
     if out.exists() and not out.is_file():
-        raise ValueError(f"--out {out} exists and is not a regular file; give a file")
+        raise ValueError(f"--out {out} is not a regular file; give another name")
     if out.exists() and not os.access(out, os.W_OK):
         raise PermissionError(f"--out {out} cannot be written")
     real_out, real_ckpt = Path(os.path.realpath(out)), Path(os.path.realpath(ckpt_dir))
@@ -214,11 +214,14 @@ def prepare_paths(p, args) -> None:
     delete a file in each (the results one named as the results' temporary file
     will be): a folder that refuses new files, a file system that refuses names
     this long, or one mounted read-only fails here, not after the training."""
-    try:
-        writable_folder(args.ckpt_dir, "--ckpt-dir")
-        writable_folder(args.out.parent, "--out", args.out.name)
-    except OSError as err:
-        p.error(str(err))
+    for flag, folder, name in (
+        ("--ckpt-dir", args.ckpt_dir, None),
+        ("--out", args.out.parent, args.out.name),
+    ):
+        try:
+            writable_folder(folder, flag, name)
+        except OSError as err:
+            p.error(path_error(flag, err))
 
 
 # A setting, a file or a folder that the run cannot use, found before it trains: the

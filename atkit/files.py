@@ -151,6 +151,12 @@ class FolderLock:
             raise RuntimeError(f"{self.path}: this FolderLock is held already")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise PermissionError(
+                f"the folder of the {self.what}, {self.path.parent}, cannot be "
+                f"created ({err.strerror or err}); give a folder that can be written"
+            ) from err
+        try:
             key = str(self.path.resolve())
             if key in FolderLock._held:  # this process holds it already
                 FolderLock._held[key][1] += 1

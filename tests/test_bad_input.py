@@ -445,12 +445,12 @@ TOO_LONG = os.strerror(errno.ENAMETOOLONG)
     [  # the five of issue 33
         pytest.param(
             lambda t: ["--out", "/proc/x.json"],
-            ["--out /proc/x.json", "cannot be written", "give a folder"],
+            ["--out /proc", "cannot be written", "give a folder"],
             marks=pytest.mark.skipif(not ON_PROC, reason="no /proc here"),
         ),
         pytest.param(
             lambda t: ["--ckpt-dir", "/proc/x"],
-            ["--ckpt-dir /proc/x", "cannot be created", "give a folder"],
+            ["--ckpt-dir /proc/x", "cannot be", "give a folder"],
             marks=pytest.mark.skipif(not ON_PROC, reason="no /proc here"),
         ),
         (
@@ -653,3 +653,17 @@ def test_at_checkpoints_and_at_preset_are_checked(tmp_path, monkeypatch, capsys)
         status = err.code
     assert status == 2
     assert "AT_PRESET='tpu'" in capsys.readouterr().err
+
+
+def test_train_names_a_checkpoint_folder_it_cannot_use(lib, cfg, data, tmp_path):
+    """The notebook's train() too: no bare FileNotFoundError or FileExistsError from
+    deep inside pathlib."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(NotADirectoryError, match="symbolic link"):
+        lib.train(cfg, data, tmp_path / "loop", "cpu", log=quiet)
+    if ON_PROC:
+        with pytest.raises(PermissionError, match="/proc/x.*cannot be"):
+            lib.train(cfg, data, "/proc/x", "cpu", log=quiet)
+    (tmp_path / "run" / "last.pt").mkdir(parents=True)
+    with pytest.raises(lib.checkpoints.CheckpointError, match="last.pt is a folder"):
+        lib.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
