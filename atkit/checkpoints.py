@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import torch
 
-from atkit.files import FolderLock, atomic_open, check_writable, probe_writable
+from atkit.files import FolderLock, atomic_open, check_writable, writable_folder
 
 CHECKPOINT_FORMAT = "annotated-transformer/3"
 
@@ -37,8 +38,6 @@ def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
     """Write `state` to `path` atomically; the file it replaces becomes `previous`
     (beside it), so a damaged newest file still leaves one to resume from. Returns
     the bytes written."""
-    import os
-
     path = Path(path)
     with atomic_open(path, "wb") as f:
         torch.save(state, f)
@@ -52,6 +51,8 @@ def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
 
 def load_checkpoint(path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
@@ -163,6 +164,13 @@ def check_ckpt_dir(ckpt_dir) -> Path:
     ckpt_dir = Path(ckpt_dir)
     if ckpt_dir.exists() and not ckpt_dir.is_dir():
         raise NotADirectoryError(f"ckpt_dir {ckpt_dir} is a file; give a folder")
+    if ckpt_dir.is_dir() and not os.access(ckpt_dir, os.R_OK):
+        # its files can be opened by name, but not listed: --fresh and the clean-up
+        # of a killed save would find nothing to delete, and say nothing
+        raise PermissionError(
+            f"ckpt_dir {ckpt_dir} cannot be read (no permission to list it); allow "
+            "reading it (chmod u+r) or give another folder"
+        )
     return check_writable(ckpt_dir, "ckpt_dir")
 
 
@@ -170,9 +178,7 @@ def prepare_ckpt_dir(ckpt_dir) -> Path:
     """Create the folder and make sure files can be written in it; call with its lock
     held: then the `*.tmp` files in it are leftovers of a killed save of this run,
     never another run's write in flight."""
-    ckpt_dir = check_ckpt_dir(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    probe_writable(ckpt_dir, "ckpt_dir")
+    ckpt_dir = writable_folder(check_ckpt_dir(ckpt_dir), "ckpt_dir")
     for pattern in (".*.pt.*.tmp", ".write-test.*.tmp"):  # a killed save's or probe's
         for orphan in ckpt_dir.glob(pattern):
             orphan.unlink()

@@ -18,25 +18,37 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import fnmatch
 import json
 import os
 import sys
 from pathlib import Path
 
 from atkit import checkpoints, runtime
-from atkit.files import FolderBusyError, check_writable, write_text_atomic
+from atkit.data import DataUnavailableError
+from atkit.files import (
+    FolderBusyError,
+    check_writable,
+    writable_folder,
+    write_text_atomic,
+)
 from atkit.settings import ConfigError, check_setting
 
 
 def parse_setting(text: str) -> tuple[str, object]:
-    """'key=value' -> (key, value); the value is a Python literal, else a string."""
+    """'key=value' -> (key, value); the value is a Python literal, else a string.
+    `inf`, `-inf` and `nan` are numbers (floats), as float() reads them, so that a
+    setting refuses them as numbers out of range, not as text."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
     try:
         return key, ast.literal_eval(value)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return key, value
+        pass
+    if value.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"):
+        return key, float(value)
+    return key, value
 
 
 def add_set_option(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +85,25 @@ def library():
 TASKS = ("multi30k", "copy")
 
 
+def user_path(text: str) -> Path:
+    """A path argument, with ~ expanded (the shell leaves `--ckpt-dir=~/runs` alone)."""
+    return Path(text).expanduser()
+
+
+def file_path(text: str) -> Path:
+    """A file name argument: one that ends in a slash names a folder."""
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} ends with a slash: a folder; give a file name, such as "
+            f"{text}results.json"
+        )
+    return user_path(text)
+
+
+# files of a run's folder that results must not replace (its lock and probe as well)
+RUN_FOLDER_FILES = (*checkpoints.RUN_FILES, ".lock", ".write-test.*.tmp")
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m tools.train",
@@ -89,13 +120,13 @@ def make_parser() -> argparse.ArgumentParser:
     add_set_option(p)
     p.add_argument(
         "--ckpt-dir",
-        type=Path,
+        type=user_path,
         default=None,
         help="default: checkpoints/<preset>/<task>",
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=file_path,
         default=None,
         help="results JSON (default: results/<preset>-<task>.json)",
     )
@@ -124,20 +155,73 @@ def check_args(p, args, preset) -> None:
         p.error("--ckpt-dir is empty: give a folder for the run's checkpoints")
     ckpt_dir = args.ckpt_dir or Path("checkpoints") / preset / args.task
     out = args.out or Path("results") / f"{preset}-{args.task}.json"
-    if out.is_dir():
-        p.error(f"--out {out} is a folder; give a file name")
     try:
         checkpoints.check_ckpt_dir(ckpt_dir)
-        check_writable(out.parent, "--out")
     except (OSError, ValueError) as err:
-        p.error(str(err).replace("ckpt_dir", "--ckpt-dir", 1))
-    if out.exists() and not os.access(out, os.W_OK):
-        p.error(f"--out {out} cannot be written")
+        message = path_error("--ckpt-dir", err)  # ours say ckpt_dir, as train()'s
+        if message.startswith("ckpt_dir"):
+            message = "--ckpt-dir" + message.removeprefix("ckpt_dir")
+        p.error(message)
+    try:
+        out = check_out(out, ckpt_dir)
+    except (OSError, ValueError) as err:
+        p.error(path_error("--out", err))
     if args.device == "cuda" and not runtime.torch.cuda.is_available():
         p.error("--device cuda, but PyTorch sees no CUDA device here")
     if "WORLD_SIZE" in os.environ and "LOCAL_RANK" not in os.environ:
         p.error("WORLD_SIZE is set but LOCAL_RANK is not: start workers with torchrun")
     args.ckpt_dir, args.out = ckpt_dir, out
+
+
+def path_error(flag: str, err: Exception) -> str:
+    """The message of a refused path: ours, or the system's error (a name too long,
+    a loop of links) with the flag in front."""
+    if isinstance(err, OSError) and str(err).startswith("[Errno"):
+        return f"{flag} {err.filename}: {err.strerror}; give another path"
+    return str(err)
+
+
+def check_out(out: Path, ckpt_dir: Path) -> Path:
+    """The results file to write (the file that a symbolic link `out` points to: the
+    link stays), or an error if it cannot be one."""
+    if out.is_symlink() and out.exists():
+        out = Path(os.path.realpath(out))
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give a file name")
+    check_writable(out.parent, "--out")
+    if out.exists() and not out.is_file():
+        raise ValueError(f"--out {out} is not a regular file; give another name")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise PermissionError(f"--out {out} cannot be written")
+    real_out, real_ckpt = Path(os.path.realpath(out)), Path(os.path.realpath(ckpt_dir))
+    if real_out == real_ckpt or real_out in real_ckpt.parents:
+        raise ValueError(
+            f"--out {out} is the checkpoint folder --ckpt-dir {ckpt_dir}, or a folder "
+            "above it; give the results file another name"
+        )
+    if real_out.parent == real_ckpt and any(
+        fnmatch.fnmatch(out.name, pattern) for pattern in RUN_FOLDER_FILES
+    ):
+        raise ValueError(
+            f"--out {out} would replace a file of the run in --ckpt-dir {ckpt_dir}; "
+            "give the results file another name"
+        )
+    return out
+
+
+def prepare_paths(p, args) -> None:
+    """Create the checkpoint folder and the results file's folder, and write and
+    delete a file in each (the results one named as the results' temporary file
+    will be): a folder that refuses new files, a file system that refuses names
+    this long, or one mounted read-only fails here, not after the training."""
+    for flag, folder, name in (
+        ("--ckpt-dir", args.ckpt_dir, None),
+        ("--out", args.out.parent, args.out.name),
+    ):
+        try:
+            writable_folder(folder, flag, name)
+        except OSError as err:
+            p.error(path_error(flag, err))
 
 
 # A setting, a file or a folder that the run cannot use, found before it trains: the
@@ -148,6 +232,7 @@ RUN_REFUSED = (
     FolderBusyError,
     PermissionError,
     NotADirectoryError,
+    DataUnavailableError,
 )
 
 
@@ -160,11 +245,15 @@ def train_cli(argv=None) -> int:
     lib = library()
     p = make_parser()
     args = p.parse_args(argv)
-    preset = args.preset or runtime.choose_preset()
+    try:
+        preset = args.preset or runtime.choose_preset()
+    except ValueError as err:
+        p.error(f"{err}, or give --preset")
     cfg = config_from_args(lib, p, preset, args.changes)
     check_args(p, args, preset)
     if args.task == "copy" and (cfg.vocab != "words" or cfg.src_lang != "de"):
         p.error("the copy task has no languages or subwords: leave vocab and src_lang")
+    prepare_paths(p, args)
     from atkit import launch
 
     world = None

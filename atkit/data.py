@@ -144,16 +144,31 @@ def _socket_of(response):
 def verified_folder(root) -> Path:
     """`root` if it holds all six files with the right digests; else an error."""
     root = Path(root).expanduser()
-    bad = [
-        n
-        for n, d in MULTI30K_SHA256.items()
-        if not (root / n).is_file() or sha256sum(root / n) != d
-    ]
-    if bad:
+    if not root.is_dir():
+        problem = "a file, not a folder" if root.exists() else "no such folder"
+    elif not os.access(root, os.X_OK):
+        problem = "no permission to open the folder"
+    else:
+        missing, unreadable, corrupted = [], [], []
+        for name, digest in MULTI30K_SHA256.items():
+            if not (root / name).is_file():
+                missing.append(name)
+                continue
+            try:
+                if sha256sum(root / name) != digest:
+                    corrupted.append(name)
+            except OSError as err:
+                unreadable.append(f"{name} ({err.strerror or err})")
+        problem = "; ".join(
+            f"{what} {names}"
+            for what, names in (("missing", missing), ("unreadable", unreadable),
+                                ("corrupted", corrupted))
+            if names
+        )  # fmt: skip
+    if problem:
         raise DataUnavailableError(
-            f"{root} is missing or has corrupted files: {bad}. Point "
-            f"{MULTI30K_ENV} (or root=) at a folder with the Multi30k task-1 raw "
-            "files, or unset it to download them."
+            f"{root}: {problem}. Point {MULTI30K_ENV} (or root=) at a folder with the "
+            "Multi30k task-1 raw files, or unset it to download them."
         )
     return root
 

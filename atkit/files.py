@@ -16,6 +16,11 @@ def _umask() -> int:
     return mask
 
 
+def _temporary_beside(path: Path) -> tuple[int, str]:
+    """A new temporary file beside `path`, named as atomic_open names it."""
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
 @contextlib.contextmanager
 def atomic_open(path, mode: str = "wb", *, fsync: bool = True) -> Iterator:
     """Open a temporary file beside `path`; on success it replaces `path`.
@@ -28,7 +33,7 @@ def atomic_open(path, mode: str = "wb", *, fsync: bool = True) -> Iterator:
         raise ValueError(f"atomic_open writes ('w' or 'wb'), not {mode!r}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temporary_beside(path)
     try:
         kwargs = {"encoding": "utf-8"} if mode == "w" else {}
         with os.fdopen(fd, mode, **kwargs) as f:
@@ -61,9 +66,17 @@ def check_writable(folder, what: str = "folder") -> Path:
     that does (where it would be created). Read-only mounts count too, for root also.
     """
     folder = Path(folder)
+    for f in [folder, *folder.parents]:
+        if f.is_symlink() and not f.exists():  # dangling, or a loop
+            raise NotADirectoryError(
+                f"{what} {folder}: {f} is a symbolic link to {os.readlink(f)}, which "
+                "leads to no folder; give a folder (or fix the link)"
+            )
     existing = next((f for f in [folder, *folder.parents] if f.exists()), Path("."))
     if not existing.is_dir():
-        raise NotADirectoryError(f"{what} {folder}: {existing} is a file, not a folder")
+        raise NotADirectoryError(
+            f"{what} {folder}: {existing} is a file, not a folder; give a folder"
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(
             f"{what} {folder} cannot be written: {existing} is read-only (or not "
@@ -72,18 +85,40 @@ def check_writable(folder, what: str = "folder") -> Path:
     return folder
 
 
-def probe_writable(folder, what: str = "folder") -> None:
+def probe_writable(folder, what: str = "folder", name: str | None = None) -> None:
     """Create and delete a small file in the existing `folder`: an error naming it
-    now rather than when the first real file is due (after an epoch of training)."""
+    now rather than when the first real file is due (after an epoch of training).
+    With `name`, the file is the temporary one that atomic_open would write `name`
+    through (a name too long for the file system shows here too)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".write-test.", suffix=".tmp")
+        if name is None:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".write-test.", suffix=".tmp")
+        else:
+            fd, tmp = _temporary_beside(Path(folder) / name)
         os.close(fd)
-        os.remove(tmp)
+        with contextlib.suppress(FileNotFoundError):  # a run's clean-up took it
+            os.remove(tmp)
     except OSError as err:
         raise PermissionError(
-            f"{what} {folder} cannot be written ({err.strerror or err}); give a "
+            f"{what} {Path(folder) / (name or '')} cannot be written: {folder} takes "
+            f"no new file ({err.strerror or err}); give a folder that can be written"
+        ) from err
+
+
+def writable_folder(folder, what: str = "folder", name: str | None = None) -> Path:
+    """`folder`, created if need be and shown to take a new file (see probe_writable),
+    or an error naming `what` and the folder: for the paths a run writes at its end,
+    checked before it starts."""
+    folder = check_writable(folder, what)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PermissionError(
+            f"{what} {folder} cannot be created ({err.strerror or err}); give a "
             "folder that can be written"
         ) from err
+    probe_writable(folder, what, name)
+    return folder
 
 
 class FolderBusyError(RuntimeError):
@@ -114,13 +149,26 @@ class FolderLock:
 
         if self._key is not None:
             raise RuntimeError(f"{self.path}: this FolderLock is held already")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        key = str(self.path.resolve())
-        if key in FolderLock._held:  # this process holds it already
-            FolderLock._held[key][1] += 1
-            self._key = key
-            return self
-        f = open(self.path, "a+")  # noqa: SIM115 (kept open while the lock is held)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise PermissionError(
+                f"the folder of the {self.what}, {self.path.parent}, cannot be "
+                f"created ({err.strerror or err}); give a folder that can be written"
+            ) from err
+        try:
+            key = str(self.path.resolve())
+            if key in FolderLock._held:  # this process holds it already
+                FolderLock._held[key][1] += 1
+                self._key = key
+                return self
+            f = open(self.path, "a+")  # noqa: SIM115 (kept open while it is held)
+        except OSError as err:
+            raise PermissionError(
+                f"{self.path.parent} cannot hold the lock of a {self.what} "
+                f"({self.path}: {err.strerror or err}); give a folder that can be "
+                "written"
+            ) from err
         give_up = time.monotonic() + wait_s
         while True:
             try:

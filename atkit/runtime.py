@@ -71,9 +71,17 @@ def show_progress(env=None) -> bool:
 
 
 def checkpoint_root(preset: str, env=None) -> Path:
-    """checkpoints/<preset>, or $AT_CHECKPOINTS/<preset> (a Google Drive folder)."""
+    """checkpoints/<preset>, or $AT_CHECKPOINTS/<preset> (a Google Drive folder). A
+    value that names a file, a broken link or a folder that cannot be written is
+    an error naming the variable, at Setup rather than at the first run."""
+    from atkit.files import check_writable
+
     env = os.environ if env is None else env
-    return Path(env.get(CHECKPOINTS_ENV) or "checkpoints").expanduser() / preset
+    value = env.get(CHECKPOINTS_ENV)
+    root = Path(value or "checkpoints").expanduser()
+    if value:
+        check_writable(root, CHECKPOINTS_ENV)
+    return root / preset
 
 
 # ------------------------------------------------------------------ precision

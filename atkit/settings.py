@@ -27,6 +27,26 @@ _KINDS = {
 INT_LIMIT = 2**63 - 1
 
 
+def _number(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def allowed(kind, *, low=None, above=None, below=None, high=None, choices=None,
+            optional=False) -> str:  # fmt: skip
+    """What `check_setting` accepts, in words: "a number >= 0 and < 1"."""
+    if choices is not None:
+        text = f"one of {list(choices)}"
+    elif kind is bool:
+        text = "True or False"
+    else:
+        text = {int: "an integer", float: "a finite number", str: "a string"}[kind]
+        bounds = [f"{op} {_number(v)}" for op, v in
+                  ((">=", low), (">", above), ("<", below), ("<=", high))
+                  if v is not None]  # fmt: skip
+        text += " " + " and ".join(bounds) if bounds else ""
+    return text + (" or None" if optional else "")
+
+
 def check_setting(
     owner,
     name,
@@ -40,30 +60,28 @@ def check_setting(
     choices=None,
     optional=False,
 ):
-    """Raise ConfigError unless `value` is a `kind` within the bounds or choices."""
+    """Raise ConfigError unless `value` is a `kind` within the bounds or choices; the
+    message names the setting and the value and says what is allowed."""
     where = f"{owner}.{name}={value!r}"
     if value is None and optional:
         return
+    what = allowed(kind, low=low, above=above, below=below, high=high,
+                   choices=choices, optional=optional)  # fmt: skip
     if not _KINDS[kind](value):
-        raise ConfigTypeError(
-            f"{where}: must be {kind.__name__}"
-            + (" or None" if optional else "")
-            + f", not {type(value).__name__}"
-        )
+        raise ConfigTypeError(f"{where}: must be {what}, not {type(value).__name__}")
     if choices is not None and value not in choices:
-        raise ConfigError(f"{where}: choose one of {list(choices)}")
-    if kind is float and not math.isfinite(value):
-        raise ConfigError(f"{where}: must be a finite number")
+        raise ConfigError(f"{where}: choose {what}")
     if kind is int and abs(value) > INT_LIMIT:
         raise ConfigError(f"{where}: must be at most {INT_LIMIT} in size")
-    if low is not None and value < low:
-        raise ConfigError(f"{where}: must be >= {low}")
-    if high is not None and value > high:
-        raise ConfigError(f"{where}: must be <= {high}")
-    if above is not None and not value > above:
-        raise ConfigError(f"{where}: must be > {above}")
-    if below is not None and not value < below:
-        raise ConfigError(f"{where}: must be < {below}")
+    out_of_range = (
+        (kind is float and not math.isfinite(value))
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+        or (above is not None and not value > above)
+        or (below is not None and not value < below)
+    )
+    if out_of_range:
+        raise ConfigError(f"{where}: must be {what}")
 
 
 def with_overrides(config, owner, **overrides):

@@ -2,15 +2,18 @@
 cannot serve with an error that names the setting or file, before any data is read or
 any file is removed, and a run that goes wrong keeps the last good checkpoint."""
 
+import errno
+import json
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from atkit import cli, launch, resume, runtime
+from atkit import cli, files, launch, resume, runtime
 from conftest import quiet
 
 TINY = {"n_train": 120, "n_eval": 8, "max_tokens": 300, "N": 1, "d_model": 32,
@@ -381,3 +384,286 @@ def test_relative_paths_are_fine_everywhere(lib, cfg, data, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     lib.train(cfg.updated(steps=6), data, Path("runs") / "a", "cpu", log=quiet)
     assert (tmp_path / "runs" / "a" / "last.pt").exists()
+
+
+# --- odd paths and values on the command line: refused before any training ----------
+
+CLI_TINY = ["--preset", "ci", "--set", "n_train=100", "--set", "steps=2",
+            "--set", "eval_every=2"]  # fmt: skip
+
+
+def refused(argv, capsys) -> str:
+    """Run the command line, which must refuse `argv` with exit status 2 (a parser
+    error or a refused run); returns what it wrote to stderr."""
+    try:
+        status = cli.train_cli([*CLI_TINY, *argv])
+    except SystemExit as err:
+        status = err.code
+    err = capsys.readouterr().err
+    assert status == 2, (status, err)
+    assert "Traceback" not in err, err
+    return err
+
+
+def no_training(lib, monkeypatch, data_too=True):
+    def fail(*args, **kwargs):
+        pytest.fail("trained or prepared data before the error")
+
+    names = ["run_epoch", "prepare_data", "copy_task_data"] if data_too else \
+        ["run_epoch"]  # fmt: skip
+    for name in names:
+        monkeypatch.setattr(lib, name, fail)
+
+
+def _fifo(t: Path) -> Path:
+    os.mkfifo(t / "fifo")
+    return t / "fifo"
+
+
+def _self_link(t: Path) -> Path:
+    (t / "loop").symlink_to(t / "loop")
+    return t / "loop"
+
+
+def _dangling(t: Path) -> Path:
+    (t / "link").symlink_to(t / "nowhere")
+    return t / "link"
+
+
+def _lock_folder(t: Path) -> Path:
+    (t / "run" / ".lock").mkdir(parents=True)
+    return t / "run"
+
+
+ON_PROC = Path("/proc/self").is_dir()
+LONG = "a" * 300  # over the 255 bytes a file name may have on Linux file systems
+TOO_LONG = os.strerror(errno.ENAMETOOLONG)
+
+
+@pytest.mark.parametrize(
+    "make_args, words",
+    [  # the five of issue 33
+        pytest.param(
+            lambda t: ["--out", "/proc/x.json"],
+            ["--out /proc", "cannot be written", "give a folder"],
+            marks=pytest.mark.skipif(not ON_PROC, reason="no /proc here"),
+        ),
+        pytest.param(
+            lambda t: ["--ckpt-dir", "/proc/x"],
+            ["--ckpt-dir /proc/x", "cannot be", "give a folder"],
+            marks=pytest.mark.skipif(not ON_PROC, reason="no /proc here"),
+        ),
+        (
+            lambda t: ["--ckpt-dir", str(_self_link(t))],
+            ["--ckpt-dir", "loop", "symbolic link"],
+        ),
+        (lambda t: ["--set", "P_drop=inf"], ["P_drop=inf", ">= 0 and < 1"]),
+        # more of the same kind
+        (lambda t: ["--set", "P_drop=nan"], ["P_drop=nan", ">= 0 and < 1"]),
+        (lambda t: ["--set", "P_drop=-inf"], ["P_drop=-inf", ">= 0 and < 1"]),
+        (lambda t: ["--set", "max_tokens=inf"], ["max_tokens=inf", "an integer"]),
+        (lambda t: ["--set", "P_drop="], ["P_drop=''", "number", "not str"]),
+        (lambda t: ["--ckpt-dir", str(_dangling(t))], ["--ckpt-dir", "nowhere"]),
+        (lambda t: ["--ckpt-dir", str(t / LONG)], ["--ckpt-dir", TOO_LONG]),
+        (lambda t: ["--out", str(t / f"{LONG}.json")], ["--out", TOO_LONG]),
+        # a name that fits, but the temporary file written beside it does not
+        (
+            lambda t: ["--out", str(t / f"{LONG[:245]}.json")],
+            ["--out", "cannot be written", TOO_LONG],
+        ),
+        (lambda t: ["--out", str(_fifo(t))], ["--out", "not a regular file"]),
+        (lambda t: ["--out", f"{t}/results/"], ["--out", "slash", "file name"]),
+        (lambda t: ["--out", str(t / "run")], ["--out", "checkpoint folder"]),
+        (
+            lambda t: ["--ckpt-dir", str(t / "run" / "a"), "--out", str(t / "run")],
+            ["--out", "checkpoint folder"],
+        ),
+        (lambda t: ["--out", str(t / "run" / "last.pt")], ["--out", "replace"]),
+        (lambda t: ["--out", str(t / "run" / "prev.pt")], ["--out", "replace"]),
+        (lambda t: ["--out", str(t / "run" / "step000002.pt")], ["--out", "replace"]),
+        (lambda t: ["--out", str(t / "run" / ".lock")], ["--out", "replace"]),
+        (lambda t: ["--ckpt-dir", str(_lock_folder(t))], ["lock", "give a folder"]),
+    ],
+)
+def test_unusable_paths_and_values_fail_before_any_data(
+    lib, tmp_path, monkeypatch, capsys, make_args, words
+):
+    no_training(lib, monkeypatch)
+    args = ["--ckpt-dir", str(tmp_path / "run"), "--out", str(tmp_path / "r.json"),
+            *make_args(tmp_path)]  # fmt: skip
+    message = refused(args, capsys)
+    for word in words:
+        assert word in message, (word, message)
+    if "--set" in args:
+        assert "not str" not in message or "''" in message, message
+    assert not (tmp_path / "r.json").exists()
+    if (tmp_path / "fifo").exists():
+        assert not (tmp_path / "fifo").is_file(), "the FIFO was replaced"
+
+
+def test_a_token_budget_below_the_longest_sentence_is_refused(
+    lib, tmp_path, monkeypatch, capsys
+):
+    cfg = lib.run_config("ci", n_train=100)
+    pairs = lib.prepare_data(cfg).train
+    longest = max(max(len(s), len(t) - 1) for s, t in pairs)  # t: decoder in/out
+    no_training(lib, monkeypatch, data_too=False)
+    base = ["--ckpt-dir", str(tmp_path / "run"), "--out", str(tmp_path / "r.json")]
+    for budget in (1, longest - 1):
+        message = refused([*base, "--set", f"max_tokens={budget}"], capsys)
+        for word in (f"max_tokens={budget}", f"{longest} ids", f">= {longest}"):
+            assert word in message, (word, message)
+    lib.check_token_budget(cfg.updated(max_tokens=longest), pairs)  # fits exactly
+    padded = -(-longest // 8) * 8
+    with pytest.raises(lib.ConfigError, match=f"{padded} ids.*pad_multiple=8"):
+        lib.check_token_budget(cfg.updated(max_tokens=longest, pad_multiple=8), pairs)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_the_results_folder_is_probed_with_a_real_file(lib, tmp_path, monkeypatch,
+                                                       capsys):  # fmt: skip
+    """A folder that passes the permission checks but takes no new file (/proc, a
+    read-only or full file system) is found before training by making a file in it,
+    named as the results' temporary file will be, and deleting it."""
+    out_dir, made, real = tmp_path / "results", [], tempfile.mkstemp
+
+    def mkstemp(suffix=None, prefix=None, dir=None, text=False):
+        made.append((Path(dir), prefix))
+        if Path(dir) == out_dir:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(suffix, prefix, dir, text)
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", mkstemp)
+    no_training(lib, monkeypatch)
+    message = refused(["--ckpt-dir", str(tmp_path / "run"),
+                       "--out", str(out_dir / "r.json")], capsys)  # fmt: skip
+    assert f"--out {out_dir / 'r.json'} cannot be written" in message, message
+    assert os.strerror(errno.EROFS) in message, message
+    assert made == [(tmp_path / "run", ".write-test."), (out_dir, ".r.json.")], made
+    assert list((tmp_path / "run").iterdir()) == [], "the probe's file was left"
+
+
+@pytest.mark.parametrize("kind", ["a file", "an empty folder", "no folder"])
+def test_a_multi30k_dir_without_the_data_is_refused(lib, tmp_path, monkeypatch,
+                                                    capsys, kind):  # fmt: skip
+    folder = tmp_path / "data"
+    if kind == "a file":
+        folder.write_text("x")
+    elif kind == "an empty folder":
+        folder.mkdir()
+    monkeypatch.setenv("MULTI30K_DIR", str(folder))
+    monkeypatch.setattr(lib, "run_epoch", lambda *a, **k: pytest.fail("trained"))
+    message = refused(["--ckpt-dir", str(tmp_path / "run"),
+                       "--out", str(tmp_path / "r.json")], capsys)  # fmt: skip
+    expected = {"a file": "a file, not a folder", "no folder": "no such folder",
+                "an empty folder": "missing ['train.de.gz'"}[kind]  # fmt: skip
+    for word in (str(folder), expected, "MULTI30K_DIR"):
+        assert word in message, (word, message)
+
+
+def without_permission_override(argv: list[str]) -> list[str]:
+    """`argv` run so that permission bits apply: as root, without the capabilities
+    that let root read and write past them (setpriv); as a user, as it is."""
+    if os.geteuid() != 0:
+        return argv
+    if not shutil.which("setpriv"):
+        pytest.skip("root ignores permission bits, and setpriv is not here to stop it")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
+
+
+@pytest.mark.parametrize("what", ["ckpt_dir", "data"])
+def test_folders_without_read_permission_are_refused(tmp_path, what):
+    """A checkpoint folder that can be written but not listed (--fresh would find
+    nothing to delete, and say nothing), and data files that cannot be read."""
+    import subprocess
+    import sys
+
+    from conftest import DATA, ROOT, clean_env
+
+    run, data = tmp_path / "run", tmp_path / "data"
+    run.mkdir()
+    data.mkdir()
+    for name in lib_files():
+        shutil.copy(DATA / name, data / name)
+    if what == "ckpt_dir":
+        run.chmod(0o300)  # write and enter, not list
+    else:
+        (data / "val.en.gz").chmod(0o000)
+    argv = [sys.executable, "-m", "tools.train", *CLI_TINY, "--ckpt-dir", str(run),
+            "--out", str(tmp_path / "r.json")]  # fmt: skip
+    proc = subprocess.run(
+        without_permission_override(argv), capture_output=True, text=True,
+        env=clean_env(MULTI30K_DIR=str(data)), cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    run.chmod(0o755)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    expected = {
+        "ckpt_dir": [f"--ckpt-dir {run} cannot be read", "chmod u+r"],
+        "data": ["val.en.gz (Permission denied)", "MULTI30K_DIR"],
+    }[what]
+    for word in expected:
+        assert word in proc.stderr, (word, proc.stderr[-3000:])
+    assert not (tmp_path / "r.json").exists()
+
+
+def lib_files():
+    from atkit import data
+
+    return list(data.MULTI30K_SHA256)
+
+
+def test_odd_but_usable_paths_work(lib, tmp_path, monkeypatch, capsys):
+    """Spaces, non-ASCII letters, ~, a symbolic link to the results file, and the
+    results inside the checkpoint folder: the run trains and writes where it should
+    (a symbolic link keeps pointing at the results)."""
+    home = tmp_path / "mein Zuhause ü"
+    monkeypatch.setenv("HOME", str(home))
+    target = tmp_path / "Ergebnisse ö" / "r 1.json"
+    target.parent.mkdir()
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    argv = [*CLI_TINY, "--task", "copy", "--set", "N=1", "--set", "d_model=16",
+            "--set", "d_ff=32", "--set", "h=2"]  # fmt: skip
+    assert cli.train_cli([*argv, "--ckpt-dir", "~/Läufe 1", "--out", str(link)]) == 0
+    assert (home / "Läufe 1" / "last.pt").is_file()
+    assert link.is_symlink() and json.loads(target.read_text())["steps"] == 2
+    inside = home / "Läufe 1" / "results.json"
+    assert cli.train_cli([*argv, "--ckpt-dir", str(home / "Läufe 1"), "--out",
+                          str(inside)]) == 0  # fmt: skip
+    assert json.loads(inside.read_text())["steps"] == 2
+    capsys.readouterr()
+
+
+def test_at_checkpoints_and_at_preset_are_checked(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    for value, words in ((tmp_path / "file", "is a file, not a folder"),
+                         (tmp_path / "link", "symbolic link")):  # fmt: skip
+        with pytest.raises(NotADirectoryError, match=words) as err:
+            runtime.checkpoint_root("ci", {"AT_CHECKPOINTS": str(value)})
+        assert "AT_CHECKPOINTS" in str(err.value)
+    good = runtime.checkpoint_root("ci", {"AT_CHECKPOINTS": str(tmp_path / "new")})
+    assert good == tmp_path / "new" / "ci" and not good.exists()
+    monkeypatch.setenv("AT_PRESET", "tpu")
+    try:
+        status = cli.train_cli(["--ckpt-dir", str(tmp_path / "run")])
+    except SystemExit as err:
+        status = err.code
+    assert status == 2
+    assert "AT_PRESET='tpu'" in capsys.readouterr().err
+
+
+def test_train_names_a_checkpoint_folder_it_cannot_use(lib, cfg, data, tmp_path):
+    """The notebook's train() too: no bare FileNotFoundError or FileExistsError from
+    deep inside pathlib."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(NotADirectoryError, match="symbolic link"):
+        lib.train(cfg, data, tmp_path / "loop", "cpu", log=quiet)
+    if ON_PROC:
+        with pytest.raises(PermissionError, match="/proc/x.*cannot be"):
+            lib.train(cfg, data, "/proc/x", "cpu", log=quiet)
+    (tmp_path / "run" / "last.pt").mkdir(parents=True)
+    with pytest.raises(lib.checkpoints.CheckpointError, match="last.pt is a folder"):
+        lib.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
