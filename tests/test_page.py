@@ -573,3 +573,16 @@ def test_fresh_page_outputs_fit_their_boxes(colab_run, tmp_path, browser, capsys
         for w in wide
     )
     assert not wide, f"outputs wider than their box at 1280 px:\n{report}"
+
+
+def test_committed_page_outputs_fit_their_boxes(browser):
+    """The committed page, at 1280 px: no output block the text points to (the table's
+    sentences, the benchmark, the heads, the conclusion, ...) needs sideways
+    scrolling. The Part 5 torchrun cell is checked too: the committed run writes the
+    results file by a short relative path."""
+    wide = wide_outputs(browser, PAGE)
+    report = "\n".join(
+        f"{w['code']!r}: {w['scroll']} px in a {w['box']} px box; e.g. {w['line']!r}"
+        for w in wide
+    )
+    assert not wide, f"outputs wider than their box at 1280 px:\n{report}"
