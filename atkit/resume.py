@@ -148,6 +148,11 @@ def restore_run(run: TrainingRun, path, state, world, log=print) -> None:
         run.model.load_state_dict(state["model"])
         run.optimizer.load_state_dict(state["optimizer"])
         run.scheduler.load_state_dict(state["scheduler"])
+        # the next step's rate by this run's schedule: the saved one is the saving
+        # run's, which a branch (`branch_run`) may have changed after this step
+        s, groups = run.scheduler, run.optimizer.param_groups
+        for group, base, f in zip(groups, s.base_lrs, s.lr_lambdas, strict=True):
+            group["lr"] = base * f(s.last_epoch)
         if run.precision.scaler is not None and state.get("scaler"):
             run.precision.scaler.load_state_dict(state["scaler"])
         progress, history = dict(state["progress"]), dict(state["history"])
@@ -231,3 +236,66 @@ def prune_snapshots(run: TrainingRun, world) -> None:
     for step in run.history["steps"] if world.is_main else ():
         if step not in keep:
             snapshot_path(run.ckpt_dir, step).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ branching
+
+
+def branch_run(src_dir, dst_dir, cfg, step: int, may_differ, log=print) -> bool:
+    """Start the run in `dst_dir`, with settings `cfg` (a RunConfig), from the state
+    that the run in `src_dir` saved at `step`; the notebook's `train` then goes on
+    from there. The settings named in `may_differ` may differ between the two runs, and
+    the caller vouches that up to `step` they change nothing (Part 4 checks that the
+    two schedules agree there). The snapshots the branch may average are copied along,
+    relabelled with its settings. Returns False when dst_dir holds a run already (a
+    branch made before, which `train` resumes or loads), True after branching."""
+    src_dir, dst_dir = Path(src_dir), Path(dst_dir)
+    checkpoints.check_ckpt_dir(dst_dir)
+    with checkpoints.run_lock(dst_dir):
+        checkpoints.prepare_ckpt_dir(dst_dir)
+        if checkpoints.resume_state(dst_dir, log) is not None:
+            return False
+        found = checkpoints.resume_state(src_dir, log)
+        done = None if found is None else found[1]["progress"]["step"]
+        if done != step:
+            where = "no saved run" if found is None else f"a run saved at step {done}"
+            raise ConfigError(
+                f"cannot branch {dst_dir} at step {step}: {src_dir} holds {where}; "
+                f"train it with max_steps={step} first (on a fresh folder)"
+            )
+        state = dict(found[1], config=cfg.to_dict())
+        changed = checkpoints.changed_settings(
+            found[1]["config"], state["config"], RESUMABLE | set(may_differ)
+        )
+        if changed:
+            raise ConfigError(
+                f"cannot branch {dst_dir} from {src_dir}: settings {changed} differ, "
+                f"and only {sorted(may_differ)} may"
+            )
+        for s in kept_steps(state["history"], cfg.keep):
+            snap = checkpoints.load_checkpoint(snapshot_path(src_dir, s))
+            snap["config"] = state["config"]
+            checkpoints.save_checkpoint(snap, snapshot_path(dst_dir, s))
+        checkpoints.save_checkpoint(state, dst_dir / "last.pt")
+    log(f"{dst_dir.name}: branched from {src_dir.name} at step {step}")
+    return True
+
+
+def share_steps(train_src, src_dir, dst_dir, cfg, step: int, may_differ, log=print):
+    """Let the run in `dst_dir` (settings `cfg`) start from the first `step` steps of
+    the run in `src_dir`, which the two share: `train_src(n)` trains the source up to
+    step n, then `branch_run` copies its state. Returns True after branching, False
+    when there is nothing to share: `dst_dir` holds a run already (`train` resumes or
+    loads it), or the source has gone past `step` (then `dst_dir` trains from step 0,
+    which gives the same numbers in more time)."""
+    if checkpoints.resume_state(dst_dir, log) is not None:
+        return False
+    found = checkpoints.resume_state(src_dir, log)
+    done = 0 if found is None else found[1]["progress"]["step"]
+    if done > step:
+        log(f"{Path(dst_dir).name}: {Path(src_dir).name} is past step {step} "
+            f"(at {done}), so it trains from step 0")  # fmt: skip
+        return False
+    if done < step:
+        train_src(step)
+    return branch_run(src_dir, dst_dir, cfg, step, may_differ, log)

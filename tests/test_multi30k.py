@@ -317,6 +317,48 @@ def test_resume_gives_the_same_parameters(lib, cfg, data, trained, tmp_path):
     assert any(not torch.equal(untrained[n], got[n]) for n in got), "nothing trained"
 
 
+def test_a_branch_shares_the_first_steps_and_ends_as_a_run_from_step_0(
+    lib, cfg, data, trained, tmp_path
+):
+    """Part 4's eq. 3 run branches off the full recipe's run where its cool-down
+    begins: both must end exactly as if each had been trained on its own."""
+    _, model, history = trained
+    eq3 = cfg.updated(cooldown=0.0)
+    at = lib.cooldown_start(cfg)
+    assert 0 < at < cfg.steps and at % cfg.eval_every  # between two evaluations
+    alone, alone_history = lib.train(eq3, data, tmp_path / "alone", "cpu", log=quiet)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    trained_to = []
+
+    def train_src(n):
+        trained_to.append(n)
+        lib.train(cfg, data, src, "cpu", max_steps=n, log=quiet)
+
+    assert resume.share_steps(train_src, src, dst, eq3, at, {"cooldown"}, quiet)
+    assert trained_to == [at]
+    full, full_history = lib.train(cfg, data, src, "cpu", log=quiet)
+    branch, branch_history = lib.train(eq3, data, dst, "cpu", log=quiet)
+    for got, want in ((full, model), (branch, alone)):
+        expected, actual = params(want), params(got)
+        assert all(torch.equal(expected[k], actual[k]) for k in expected)
+    assert full_history["val_loss"] == history["val_loss"]
+    assert branch_history["val_loss"] == alone_history["val_loss"]
+    assert not torch.equal(params(branch)["generator.proj.weight"],
+                           params(full)["generator.proj.weight"])  # fmt: skip
+    # a second call finds the branch; a source past the step has nothing to share
+    assert not resume.share_steps(train_src, src, dst, eq3, at, {"cooldown"}, quiet)
+    said = []
+    assert not resume.share_steps(
+        train_src, src, tmp_path / "late", eq3, at, {"cooldown"}, said.append
+    )
+    assert trained_to == [at] and "trains from step 0" in said[0]
+    # only the named settings may differ
+    with pytest.raises(lib.ConfigError, match="differ"):
+        other = eq3.updated(eps_ls=0.2)
+        resume.share_steps(train_src, tmp_path / "alone", tmp_path / "other", other,
+                           cfg.steps, {"cooldown"}, quiet)  # fmt: skip
+
+
 def test_checkpoint_is_plain_data(lib, cfg, trained):
     ckpt_dir, model, history = trained
     ckpt = torch.load(ckpt_dir / "last.pt", weights_only=True)
