@@ -22,7 +22,7 @@ ifneq ($(PRESET),)
 export AT_PRESET := $(PRESET)
 endif
 
-.PHONY: help setup run execute exercises readme page test pytest lint format sync export train bench freeze clean
+.PHONY: help setup run execute exercises readme page test pytest lint format sync export train seeds bench freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
@@ -33,6 +33,7 @@ help:
 	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
 	@echo "make train PRESET=cpu   - train Part 3's model outside Jupyter (results/<preset>-multi30k.json)"
+	@echo "make seeds PRESET=cpu   - Part 3's and Part 4's models with seeds 0 1 2 (runs/seed-spread-<preset>.json)"
 	@echo "make bench              - didactic vs fast training step: tokens/s, memory"
 	@echo "PRESET=ci|cpu|gpu overrides the hardware default for run/train."
 
@@ -94,6 +95,10 @@ test: lint pytest
 
 train: export
 	$(PY) -m tools.train $(if $(PRESET),--preset $(PRESET),) $(TRAIN_ARGS)
+
+# How far the seed alone moves the scores: Part 4's table reads the summary.
+seeds: export
+	$(PY) -m tools.seed_spread $(if $(PRESET),--preset $(PRESET),) $(SEEDS_ARGS)
 
 # Didactic vs fast training step, same model and batches; prints tokens/s, memory, MFU.
 # The preset's model by default; the paper's base model on a GPU: make bench PRESET=gpu
