@@ -44,6 +44,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
+    """The results file `res` of a finished run with exactly the settings this
+    program asks for (its training program writes it last), else None."""
+    try:
+        done = json.loads(res.read_text())
+    except (OSError, ValueError):
+        return None
+    changes = dict(cli.parse_setting(text) for text in sets[1::2])
+    wanted = cli.library().run_config(preset, seed=seed, **changes).to_dict()
+    steps = done.get("history", {}).get("steps") or [None]
+    ok = done.get("preset") == preset and done.get("config") == wanted
+    return done if ok and steps[-1] == wanted["steps"] else None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
@@ -51,6 +65,10 @@ def main(argv=None) -> int:
     p.add_argument(
         "--out", type=Path, default=None, help="default: runs/seed-spread-<preset>.json"
     )
+    p.add_argument(
+        "--rerun", action="store_true",
+        help="evaluate every run again, even where its results file is up to date",
+    )  # fmt: skip
     args = p.parse_args(argv)
     preset = args.preset or runtime.choose_preset()
     if len(set(args.seeds)) < 2 or min(args.seeds) < 0:
@@ -68,6 +86,12 @@ def main(argv=None) -> int:
             res = Path("results") / f"{preset}-seed-{folder}-{seed}.json"
             argv_run = ["--preset", preset, "--ckpt-dir", str(ckpt), "--out",
                         str(res), "--set", f"seed={seed}", *sets]  # fmt: skip
+            done = None if args.rerun else finished(res, preset, seed, sets)
+            if done is not None:
+                print(f"--- {name}, seed {seed}: {res} holds the finished run "
+                      "with these settings", flush=True)  # fmt: skip
+                runs.append(done)
+                continue
             print(f"--- {name}, seed {seed}: python -m tools.train "
                   f"{' '.join(argv_run)}", flush=True)  # fmt: skip
             status = cli.train_cli(argv_run)
