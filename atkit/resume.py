@@ -245,10 +245,11 @@ def branch_run(src_dir, dst_dir, cfg, step: int, may_differ, log=print) -> bool:
     """Start the run in `dst_dir`, with settings `cfg` (a RunConfig), from the state
     that the run in `src_dir` saved at `step`; the notebook's `train` then goes on
     from there. The settings named in `may_differ` may differ between the two runs, and
-    the caller vouches that up to `step` they change nothing (Part 4 checks that the
-    two schedules agree there). The snapshots the branch may average are copied along,
-    relabelled with its settings. Returns False when dst_dir holds a run already (a
-    branch made before, which `train` resumes or loads), True after branching."""
+    the caller vouches that up to `step` they change nothing (Part 4 branches where the
+    cool-down begins: up to there both rates are eq. 3's). The snapshots the branch
+    may average are copied along, relabelled with its settings. Returns False when
+    dst_dir holds a run already (a branch made before, which `train` resumes or
+    loads), True after branching."""
     src_dir, dst_dir = Path(src_dir), Path(dst_dir)
     checkpoints.check_ckpt_dir(dst_dir)
     with checkpoints.run_lock(dst_dir):
