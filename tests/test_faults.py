@@ -523,6 +523,18 @@ def test_readme_results_copies_the_block(tmp_path):
     assert "BLEU 30.0" in readme.read_text() and "old results" not in readme.read_text()
 
 
+def test_results_blocks_under_one_heading_are_told_apart(tmp_path):
+    nb = nbformat.read(results_notebook(tmp_path / "nb.ipynb", "BLEU 30.0\n"), 4)
+    more = nbformat.v4.new_code_cell("print(spread)", metadata={"tags": ["results"]})
+    more.outputs = [nbformat.v4.new_output("stream", name="stdout", text="range 1\n")]
+    lead = nbformat.v4.new_markdown_cell("**How much a score moves.** A paragraph.")
+    nb.cells += [lead, more]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    block = readme_results.results_block(tmp_path / "nb.ipynb")
+    assert "**Part 3**\n\n```text\nBLEU 30.0" in block
+    assert "**Part 3: How much a score moves**\n\n```text\nrange 1" in block
+
+
 @pytest.mark.parametrize("check", [False, True])
 def test_an_errored_results_cell_is_never_copied(tmp_path, check):
     nb = results_notebook(tmp_path / "nb.ipynb", "BLEU 0.0 (partial)\n", error=True)

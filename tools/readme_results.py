@@ -28,11 +28,14 @@ def terminal_text(text: str) -> str:
 
 def results_block(notebook: Path) -> str:
     nb = nbformat.read(notebook, as_version=4)
-    heading, parts = None, []
+    heading, lead, parts = None, None, []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             found = re.findall(r"^#{2,3} (.+)$", cell.source, flags=re.M)
             heading = found[-1] if found else heading
+            # a paragraph that opens in bold names what the next cell shows
+            bold = re.match(r"\*\*(.+?)\.?\*\*", cell.source.strip())
+            lead = bold[1] if bold and not found else None
             continue
         if "results" not in cell.metadata.get("tags", []):
             continue
@@ -53,7 +56,8 @@ def results_block(notebook: Path) -> str:
             raise SystemExit(
                 f"a `results` cell under {heading!r} has no output: run it"
             )
-        parts.append(f"**{heading}**\n\n```text\n{text}\n```\n")
+        title = f"{heading}: {lead}" if lead else heading
+        parts.append(f"**{title}**\n\n```text\n{text}\n```\n")
     if not parts:
         raise SystemExit(f"{notebook} has no cells tagged `results`")
     preset = re.search(r"preset[= ](\w+)", _first_stdout(nb))
