@@ -105,13 +105,19 @@ def check_lengths(run: TrainingRun) -> None:
 # ------------------------------------------------------------------ resuming
 
 RESUMABLE = {"compile", "decode_tokens", "resume_every"}  # they change no number
+# settings that a run of this vocabulary kind never reads
+UNREAD = {"words": {"bpe_size"}, "bpe": {"min_freq"}}
 
 
 def resumable(cfg: dict) -> set[str]:
     """Settings that a run with config `cfg` (a dict) may change when it resumes:
-    RESUMABLE, and `steps` without a cool-down (the schedule ignores the total)."""
-    no_cooldown = isinstance(cfg, dict) and cfg.get("cooldown") == 0
-    return RESUMABLE | ({"steps"} if no_cooldown else set())
+    RESUMABLE, those its vocabulary kind never reads (UNREAD), and `steps` without a
+    cool-down (the schedule ignores the total)."""
+    if not isinstance(cfg, dict):
+        return set(RESUMABLE)
+    no_cooldown = cfg.get("cooldown") == 0
+    unread = UNREAD.get(cfg.get("vocab"), set())
+    return RESUMABLE | unread | ({"steps"} if no_cooldown else set())
 
 
 def resume(run: TrainingRun, world, log=print) -> bool:

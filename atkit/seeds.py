@@ -7,6 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
+from atkit.resume import UNREAD
+
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 
 
@@ -25,6 +27,17 @@ def summary(values: list[float]) -> dict:
     }
 
 
+def same_settings(a: dict, b: dict) -> bool:
+    """Do two RunConfig dicts train the same model, the seed aside? Settings that
+    their vocabulary kind never reads (a word-level run's BPE size) do not count."""
+    if a.get("vocab") != b.get("vocab"):
+        return False
+    drop = {"seed", *UNREAD.get(a.get("vocab"), ())}
+    return {k: v for k, v in a.items() if k not in drop} == {
+        k: v for k, v in b.items() if k not in drop
+    }
+
+
 def load_spread(preset: str, configs: dict) -> tuple[dict | None, str]:
     """(the preset's spread, '') if it was measured with these configs (model name
     -> RunConfig dict, the seed aside), else (None, why not)."""
@@ -34,7 +47,7 @@ def load_spread(preset: str, configs: dict) -> tuple[dict | None, str]:
     spread = json.loads(path.read_text())
     for name, cfg in configs.items():
         measured = spread["models"].get(name, {}).get("config")
-        if measured is None or {**measured, "seed": 0} != {**cfg, "seed": 0}:
+        if measured is None or not same_settings(measured, cfg):
             return None, (
                 f"{path.name} was measured with other settings of {name!r} than "
                 f"this run's: run `{spread['command']}` again"

@@ -265,11 +265,13 @@ def test_a_resume_with_a_changed_setting_is_refused_naming_it(
 
 
 def test_settings_that_change_no_number_may_change_on_resume(lib, tmp_path):
-    """decode_tokens may change; so may steps without a cool-down. The resumed run
-    equals one that had the new settings from the start, and its snapshots (saved
-    under both configs) are still one run's for averaging."""
+    """decode_tokens may change; so may steps without a cool-down, and bpe_size in a
+    word-level run, which never reads it. The resumed run equals one that had the new
+    settings from the start, and its snapshots (saved under both configs) are still
+    one run's for averaging."""
     base = copy_cfg(lib, cooldown=0.0, keep=3)
-    more = base.updated(steps=12, decode_tokens=50)
+    assert base.vocab == "words"
+    more = base.updated(steps=12, decode_tokens=50, bpe_size=base.bpe_size + 1)
     data = lib.copy_task_data(base)
     lib.train(base, data, tmp_path / "resumed", "cpu", max_steps=5, log=quiet)
     model, history = lib.train(more, data, tmp_path / "resumed", "cpu", log=quiet)

@@ -10,6 +10,9 @@ Seed 0 trains into the notebook's own folders (checkpoints/<preset>/part3 and
 part4-bpe-all), so a finished notebook run is loaded, not trained again, and the
 notebook finds what this program trained. Other seeds go to
 checkpoints/<preset>/seeds/. Each run is the notebook's training program (atkit.cli).
+A model that the summary already holds with the same seeds and settings, on the same
+machine and torch, is kept as it is: a setting that the model never reads (the BPE
+size, for Part 3's word-level model) trains nothing again. --rerun measures all.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from atkit import cli, runtime
 from atkit.files import write_text_atomic
-from atkit.seeds import spread_path, summary
+from atkit.seeds import same_settings, spread_path, summary
 
 # the models whose spread the table needs: (name, folder of seed 0, --set changes)
 MODELS = (
@@ -54,8 +57,34 @@ def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
     changes = dict(cli.parse_setting(text) for text in sets[1::2])
     wanted = cli.library().run_config(preset, seed=seed, **changes).to_dict()
     steps = done.get("history", {}).get("steps") or [None]
-    ok = done.get("preset") == preset and done.get("config") == wanted
+    config = done.get("config") or {}
+    ok = (
+        done.get("preset") == preset
+        and config.get("seed") == seed
+        and same_settings(config, wanted)
+    )
     return done if ok and steps[-1] == wanted["steps"] else None
+
+
+def measured(old: dict | None, where: dict, seeds: list[int], sets: list[str], name):
+    """What the summary `old` holds for model `name` if it was measured with these
+    seeds and settings (those the model never reads aside) and `where` (preset,
+    machine, torch) matches, else None."""
+    entry = (old or {}).get("models", {}).get(name)
+    same_place = all(old.get(k) == v for k, v in where.items()) if old else False
+    if not entry or not same_place or entry.get("seeds") != seeds:
+        return None
+    preset = where["preset"]
+    changes = dict(cli.parse_setting(text) for text in sets[1::2])
+    wanted = cli.library().run_config(preset, seed=0, **changes).to_dict()
+    return entry if same_settings(entry["config"], wanted) else None
+
+
+def read_summary(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv=None) -> int:
@@ -67,7 +96,8 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--rerun", action="store_true",
-        help="evaluate every run again, even where its results file is up to date",
+        help="train or evaluate every run again, even where its results file or the "
+        "summary is up to date",
     )  # fmt: skip
     args = p.parse_args(argv)
     preset = args.preset or runtime.choose_preset()
@@ -78,8 +108,20 @@ def main(argv=None) -> int:
         map(str, args.seeds)
     )
     root = runtime.checkpoint_root(preset)
+    where = {
+        "preset": preset,
+        "machine": f"{os.cpu_count()} CPU cores, {cpu_name()}",
+        "torch": runtime.torch.__version__.split("+")[0],
+    }
+    old = None if args.rerun else read_summary(out)
     models = {}
     for name, folder, sets in MODELS:
+        entry = measured(old, where, args.seeds, sets, name)
+        if entry is not None:  # e.g. a word-level model when only bpe_size changed
+            print(f"--- {name}: {out} holds seeds {args.seeds} with these settings",
+                  flush=True)  # fmt: skip
+            models[name] = entry
+            continue
         runs = []
         for seed in args.seeds:
             ckpt = root / folder if seed == 0 else root / "seeds" / f"{folder}-{seed}"
@@ -104,13 +146,7 @@ def main(argv=None) -> int:
             "config": runs[0]["config"],
             **{key: summary([r[key] for r in runs]) for key in SCORES},
         }
-    result = {
-        "preset": preset,
-        "command": command,
-        "machine": f"{os.cpu_count()} CPU cores, {cpu_name()}",
-        "torch": runtime.torch.__version__.split("+")[0],
-        "models": models,
-    }
+    result = {**where, "command": command, "models": models}
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     for name, m in models.items():
