@@ -60,8 +60,14 @@ def test_the_summary_holds_every_seed_and_is_reused(lib, small_models, capsys):
     said = capsys.readouterr().out
     assert said.count("holds seeds [0, 3]") == 2 and "finished run" not in said
     assert json.loads(out.read_text()) == spread
-    # other seeds are another measurement
-    assert seed_spread.measured(spread, spread, [0, 1], [], "part3") is None
+    # other seeds, or another precision on a machine of the same name, are another
+    # measurement
+    where = {k: spread[k] for k in ("preset", "machine", "torch", "precision")}
+    name, _, sets = small_models[0]
+    assert seed_spread.measured(spread, where, [0, 3], sets, name) is not None
+    assert seed_spread.measured(spread, where, [0, 1], sets, name) is None
+    other = {**where, "precision": "bf16" if where["precision"] != "bf16" else "fp32"}
+    assert seed_spread.measured(spread, other, [0, 3], sets, name) is None
 
 
 def test_a_results_file_of_other_settings_is_not_reused(lib, small_models):

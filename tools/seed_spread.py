@@ -11,8 +11,9 @@ part4-bpe-all), so a finished notebook run is loaded, not trained again, and the
 notebook finds what this program trained. Other seeds go to
 checkpoints/<preset>/seeds/. Each run is the notebook's training program (atkit.cli).
 A model that the summary already holds with the same seeds and settings, on the same
-machine and torch, is kept as it is: a setting that the model never reads (the BPE
-size, for Part 3's word-level model) trains nothing again. --rerun measures all.
+machine, torch and precision, is kept as it is: a setting that the model never reads
+(the BPE size, for Part 3's word-level model) trains nothing again. --rerun measures
+all.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def main(argv=None) -> int:
         "preset": preset,
         "machine": f"{os.cpu_count()} CPU cores, {cpu_name()}",
         "torch": runtime.torch.__version__.split("+")[0],
+        # what precision="auto" gives here: a CPU's name may hide whether it has
+        # bfloat16 (two "AMD EPYC" machines, one with and one without, trained apart)
+        "precision": runtime.auto_precision(runtime.default_device())[0],
     }
     old = None if args.rerun else read_summary(out)
     models = {}
