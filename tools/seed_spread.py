@@ -48,6 +48,12 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def wanted_config(preset: str, seed: int, sets: list[str]) -> dict:
+    """The RunConfig dict that the preset with these --set changes gives."""
+    changes = dict(cli.parse_setting(text) for text in sets[1::2])
+    return cli.library().run_config(preset, seed=seed, **changes).to_dict()
+
+
 def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
     """The results file `res` of a finished run with exactly the settings this
     program asks for (its training program writes it last), else None."""
@@ -55,8 +61,7 @@ def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
         done = json.loads(res.read_text())
     except (OSError, ValueError):
         return None
-    changes = dict(cli.parse_setting(text) for text in sets[1::2])
-    wanted = cli.library().run_config(preset, seed=seed, **changes).to_dict()
+    wanted = wanted_config(preset, seed, sets)
     steps = done.get("history", {}).get("steps") or [None]
     config = done.get("config") or {}
     ok = (
@@ -70,14 +75,12 @@ def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
 def measured(old: dict | None, where: dict, seeds: list[int], sets: list[str], name):
     """What the summary `old` holds for model `name` if it was measured with these
     seeds and settings (those the model never reads aside) and `where` (preset,
-    machine, torch) matches, else None."""
+    machine, torch, precision) matches, else None."""
     entry = (old or {}).get("models", {}).get(name)
     same_place = all(old.get(k) == v for k, v in where.items()) if old else False
     if not entry or not same_place or entry.get("seeds") != seeds:
         return None
-    preset = where["preset"]
-    changes = dict(cli.parse_setting(text) for text in sets[1::2])
-    wanted = cli.library().run_config(preset, seed=0, **changes).to_dict()
+    wanted = wanted_config(where["preset"], 0, sets)
     return entry if same_settings(entry["config"], wanted) else None
 
 
