@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime
 
 import jupytext
 import nbformat
@@ -209,3 +210,68 @@ def test_the_noise_check_finds_each_kind():
     for i in range(4):
         assert any(f.startswith(f"cell {i}:") for f in found), (i, found)
     assert not any(f.startswith("cell 4:") for f in found), found
+
+
+EXPECTED = re.compile(r"expected: about (\d+) min with preset (\w+)")
+
+
+def cell_minutes(cell) -> float | None:
+    """How long the committed run spent on the cell, from nbconvert's timestamps."""
+    stamps = cell.get("metadata", {}).get("execution", {})
+    if "iopub.execute_input" not in stamps or "shell.execute_reply" not in stamps:
+        return None
+    start, end = (
+        datetime.fromisoformat(stamps[k].replace("Z", "+00:00"))
+        for k in ("iopub.execute_input", "shell.execute_reply")
+    )
+    return (end - start).total_seconds() / 60
+
+
+def expectations_missed(nb) -> list[str]:
+    """Cells whose printed 'expected: about N min' is more than a minute and a quarter
+    of N away from what the run that printed it took (CELL_MINUTES is out of date)."""
+    texts = {}
+    for i, _, text in output_texts(nb):
+        texts[i] = texts.get(i, "") + text
+    missed = []
+    for i, cell in enumerate(nb.cells):
+        m = EXPECTED.search(texts.get(i, ""))
+        took = cell_minutes(cell)
+        if m is None or took is None:
+            continue
+        said = int(m.group(1))
+        if abs(took - said) > max(1, 0.25 * said):
+            missed.append(f"cell {i}: prints about {said} min, took {took:.1f} min")
+    return missed
+
+
+def test_printed_cell_times_are_those_of_the_committed_run():
+    """Each 'expected: about N min' a cell prints is the time that cell took in the
+    committed run, give or take a quarter: set CELL_MINUTES from the run you commit."""
+    missed = expectations_missed(nbformat.read(IPYNB, as_version=4))
+    assert not missed, "update CELL_MINUTES from the committed run:\n" + "\n".join(
+        missed
+    )
+
+
+def test_the_cell_time_check_finds_a_stale_figure():
+    def timed(text, minutes):
+        cell = nbformat.v4.new_code_cell(
+            outputs=[nbformat.v4.new_output("stream", name="stdout", text=text)]
+        )
+        cell.metadata["execution"] = {
+            "iopub.execute_input": "2026-01-01T10:00:00.000000Z",
+            "shell.execute_reply": f"2026-01-01T10:{minutes:02d}:30.000000Z",
+        }
+        return cell
+
+    nb = nbformat.v4.new_notebook()
+    line = "expected: about {} min with preset cpu on 2 CPU cores\n"
+    nb.cells = [
+        timed(line.format(11), 10),  # 10.5 min: close enough
+        timed(line.format(33), 53),  # another machine's run
+        timed(line.format(1), 0),  # 0.5 min of "about 1 min"
+        timed("no expectation printed\n", 40),
+    ]
+    missed = expectations_missed(nb)
+    assert [m.split(":")[0] for m in missed] == ["cell 1"], missed
