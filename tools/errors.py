@@ -1,0 +1,117 @@
+"""How every program in tools/ ends a failure: one `error:` line that says what went
+wrong and what to do, never a traceback, unless asked for.
+
+    sys.exit(errors.run_main(main, "python -m tools.bench"))
+
+`run_main` calls `main()`; an exception that reaches it is printed as
+
+    python -m tools.bench: error: <what happened>; <what to do>
+
+with the exception's own message kept whole (a cause is never hidden), and exit status
+2 for a refusal (a setting, a path, the data: something the user can change) or 1 for
+anything else. A full disk (ENOSPC, EDQUOT) is named as such wherever it happens. The
+traceback is printed too when the environment variable AT_TRACEBACK is set to 1
+(`AT_TRACEBACK=1 python -m tools.bench ...`), for a bug report.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+TRACEBACK_ENV = "AT_TRACEBACK"
+DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+# What a user can change: a setting, a path, the data. Matched by class name so that
+# this module imports nothing of the project (every tool can use it, even one that
+# fails while importing the project).
+REFUSALS = {
+    "ConfigError",
+    "ConfigTypeError",
+    "CheckpointError",
+    "FolderBusyError",
+    "DataUnavailableError",
+    "DiskFullError",
+    "UsageError",
+}
+
+
+class UsageError(Exception):
+    """A refusal whose message says all: printed as it is, exit status 2."""
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether `err`, or an error it was raised from, is a full disk or quota."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            return True
+        if type(err).__name__ == "DiskFullError":
+            return True
+        # torch.save reports a full disk as RuntimeError("... unexpected pos ...")
+        text = str(err)
+        if "No space left on device" in text or "Disk quota exceeded" in text:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def advice(err: BaseException) -> tuple[str, int]:
+    """(the message after `error:`, the exit status) for an exception."""
+    name = type(err).__name__
+    text = str(err).strip() or name
+    if disk_full(err):
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        if "disk is full" in text:
+            return text, 2
+        return (
+            f"the disk is full{where}: {text}; free some space (or give a folder "
+            "on another disk) and run the command again",
+            2,
+        )
+    if name in REFUSALS:
+        return text, 2
+    if isinstance(err, PermissionError):
+        return f"{text}; give a path you may write, or change its permissions", 2
+    if isinstance(err, FileNotFoundError | NotADirectoryError | IsADirectoryError):
+        return f"{text}; check the path", 2
+    if isinstance(err, MemoryError):
+        return (
+            "out of memory; use a smaller preset or setting (max_tokens, "
+            "decode_tokens), or close other programs",
+            1,
+        )
+    if isinstance(err, OSError):
+        return f"{name}: {text}", 1
+    return (
+        f"{name}: {text} (unexpected; rerun with {TRACEBACK_ENV}=1 to see where, "
+        "and report it)",
+        1,
+    )
+
+
+def report(prog: str, err: BaseException, file=None) -> int:
+    """Print the `error:` line for `err` (and the traceback when asked for);
+    returns the exit status."""
+    file = file or sys.stderr
+    message, status = advice(err)
+    if os.environ.get(TRACEBACK_ENV) == "1":
+        traceback.print_exception(err, file=file)
+    print(f"{prog}: error: {message}", file=file, flush=True)
+    return status
+
+
+def run_main(main: Callable[[], int | None], prog: str) -> int:
+    """Run a program's `main()`; any exception ends in one `error:` line."""
+    try:
+        return main() or 0
+    except KeyboardInterrupt:
+        print(f"{prog}: stopped (Ctrl-C)", file=sys.stderr, flush=True)
+        return 130
+    except SystemExit:
+        raise  # argparse's own errors and explicit exits keep their status
+    except BaseException as err:  # noqa: BLE001 (every error ends in a message)
+        return report(prog, err)
