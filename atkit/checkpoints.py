@@ -12,13 +12,20 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from pathlib import Path
 
 import torch
 
-from atkit.files import FolderLock, atomic_open, check_writable, writable_folder
+from atkit.files import (
+    FolderLock,
+    atomic_open,
+    check_writable,
+    raise_if_disk_full,
+    writable_folder,
+)
 
 CHECKPOINT_FORMAT = "annotated-transformer/3"
 
@@ -27,26 +34,41 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file."""
 
 
+def _serialized(state: dict) -> memoryview:
+    """The bytes torch.save writes for `state`. Serialising to memory first means a
+    full disk shows as the operating system's own error (ENOSPC) at the write, not
+    as a message from inside torch's zip writer that never says "disk"."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getbuffer()
+
+
+def _write(data: memoryview, path: Path, previous: str | None) -> int:
+    try:
+        with atomic_open(path, "wb") as f:
+            f.write(data)
+            f.flush()  # a full disk shows here, before the old file is moved aside
+            os.fsync(f.fileno())
+            if previous is not None and path.exists():  # complete and on disk
+                os.replace(path, path.with_name(previous))
+    except OSError as err:
+        kept = f"{path.name} is as it was"
+        raise_if_disk_full(err, path, "the checkpoint", kept=kept)
+        raise
+    return len(data)
+
+
 def save_checkpoint(state: dict, path) -> int:
-    """Write `state` to `path` atomically; returns the bytes written."""
-    with atomic_open(path, "wb") as f:
-        torch.save(state, f)
-        return f.tell()
+    """Write `state` to `path` atomically; returns the bytes written. On a full disk
+    the file at `path`, if any, is left as it was (DiskFullError says so)."""
+    return _write(_serialized(state), Path(path), None)
 
 
 def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
     """Write `state` to `path` atomically; the file it replaces becomes `previous`
     (beside it), so a damaged newest file still leaves one to resume from. Returns
     the bytes written."""
-    path = Path(path)
-    with atomic_open(path, "wb") as f:
-        torch.save(state, f)
-        written = f.tell()
-        f.flush()  # a full disk shows here, before the old file is moved aside
-        os.fsync(f.fileno())
-        if path.exists():  # the new file is complete and on disk: rotate
-            os.replace(path, path.with_name(previous))
-    return written
+    return _write(_serialized(state), Path(path), previous)
 
 
 def load_checkpoint(path) -> dict:
@@ -77,6 +99,18 @@ def make_checkpoint(model, cfg, vocab_src, vocab_tgt, **extra) -> dict:
         "model": model.state_dict(),
         **extra,
     }
+
+
+def format_origin(state) -> str:
+    """Who wrote a checkpoint of another format, in words."""
+    found = state.get("format") if isinstance(state, dict) else None
+    prefix, _, version = str(found).rpartition("/")
+    ours = int(CHECKPOINT_FORMAT.rpartition("/")[2])
+    if prefix == CHECKPOINT_FORMAT.rpartition("/")[0] and version.isdigit():
+        if int(version) > ours:
+            return "a newer version of this notebook wrote it; update your copy"
+        return "an older version of this notebook wrote it; train the run again"
+    return "it is not a checkpoint of this notebook"
 
 
 def check_format(ckpt, where: str) -> dict:
@@ -171,14 +205,20 @@ def check_ckpt_dir(ckpt_dir) -> Path:
             f"ckpt_dir {ckpt_dir} cannot be read (no permission to list it); allow "
             "reading it (chmod u+r) or give another folder"
         )
+    for name in ("last.pt", "prev.pt"):
+        if (ckpt_dir / name).is_dir():
+            raise CheckpointError(
+                f"{ckpt_dir / name} is a folder where the run keeps a checkpoint "
+                "file; move it out of the way (or give another ckpt_dir)"
+            )
     return check_writable(ckpt_dir, "ckpt_dir")
 
 
 def prepare_ckpt_dir(ckpt_dir) -> Path:
     """Create the folder and make sure files can be written in it; call with its lock
     held: then the `*.tmp` files in it are leftovers of a killed save of this run,
-    never another run's write in flight."""
-    ckpt_dir = writable_folder(check_ckpt_dir(ckpt_dir), "ckpt_dir")
+    never another run's write in flight. `check_ckpt_dir` has vetted it."""
+    ckpt_dir = writable_folder(ckpt_dir, "ckpt_dir")
     for pattern in (".*.pt.*.tmp", ".write-test.*.tmp"):  # a killed save's or probe's
         for orphan in ckpt_dir.glob(pattern):
             orphan.unlink()
@@ -213,9 +253,8 @@ def resume_state(ckpt_dir: Path, log=print):
                 state = load_checkpoint(path)
                 if state.get("format") != CHECKPOINT_FORMAT:
                     raise CheckpointError(
-                        f"{path} is in format {state.get('format')!r}, "
-                        f"this notebook writes {CHECKPOINT_FORMAT!r} (an older "
-                        "version of it wrote the file)"
+                        f"{path} is in format {state.get('format')!r}, this notebook "
+                        f"reads {CHECKPOINT_FORMAT!r}: {format_origin(state)}"
                     )
                 missing = [k for k in TRAINING_STATE if k not in state]
                 if missing:

@@ -193,7 +193,14 @@ def fetch_multi30k(
     check_setting("fetch_multi30k", "deadline_s", deadline_s, float, above=0)
     base_url = base_url or MULTI30K_URL
     root = Path(cache_dir) if cache_dir else multi30k_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataUnavailableError(
+            f"the download cache {root} cannot be created ({err.strerror or err}); "
+            f"set XDG_CACHE_HOME to a folder you may write, or {MULTI30K_ENV} to a "
+            "folder that holds the Multi30k files"
+        ) from err
     deadline = time.monotonic() + deadline_s
     failed = {}
     with FolderLock(root, "download of Multi30k").acquire(wait_s=deadline_s):
@@ -234,11 +241,18 @@ def data_root(root=None) -> Path:
     if root is None:
         return fetch_multi30k()
     root = Path(root).expanduser()
+    try:
+        resolved = root.resolve()
+    except (RuntimeError, OSError) as err:  # a loop of symbolic links
+        raise DataUnavailableError(
+            f"{root}: {err}; point {MULTI30K_ENV} (or root=) at a real folder with "
+            "the Multi30k task-1 raw files"
+        ) from err
     stamp = tuple(
         (p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None
         for p in (root / n for n in MULTI30K_SHA256)
     )
-    return _verified(str(root.resolve()), stamp)
+    return _verified(str(resolved), stamp)
 
 
 def read_split(split: str, root=None) -> tuple[list[str], list[str]]:

@@ -93,10 +93,43 @@ def with_overrides(config, owner, **overrides):
     return replace(config, **overrides)
 
 
-def setting(default, **bounds):
+def setting(default, *, resumable=False, read_if=None, **bounds):
     """A dataclass field whose value `check_fields` checks: `bounds` are the keyword
-    arguments of `check_setting` (low, above, below, high, choices)."""
-    return field(default=default, metadata={"check": bounds})
+    arguments of `check_setting` (low, above, below, high, choices).
+
+    What a field declares about itself, so that no other module keeps a list of names:
+    `resumable` (True, or a dict of other fields' values under which it holds): a run
+    saved with another value may resume with this one, because it changes no number
+    the run computes; `read_if` (a dict of other fields' values): the run reads this
+    setting only when they hold (a word-level run never reads the BPE size), so
+    another value changes nothing either."""
+    meta = {"check": bounds, "resumable": resumable, "read_if": read_if or {}}
+    return field(default=default, metadata=meta)
+
+
+def _holds(conditions: dict, cfg: dict) -> bool:
+    return all(cfg.get(k) == v for k, v in conditions.items())
+
+
+def unread(cls, cfg: dict) -> set[str]:
+    """The fields of dataclass `cls` that a config `cfg` (a dict) never reads."""
+    return {
+        f.name
+        for f in fields(cls)
+        if f.metadata.get("read_if") and not _holds(f.metadata["read_if"], cfg)
+    }
+
+
+def free_on_resume(cls, cfg: dict) -> set[str]:
+    """The fields of `cls` whose value a run saved with config `cfg` (a dict) may
+    change when it resumes: those declared `resumable` (where their condition holds
+    in `cfg`) and those it never reads."""
+    free = set()
+    for f in fields(cls):
+        cond = f.metadata.get("resumable", False)
+        if cond is True or (isinstance(cond, dict) and _holds(cond, cfg)):
+            free.add(f.name)
+    return free | unread(cls, cfg)
 
 
 def _kind(annotation):
