@@ -84,7 +84,7 @@ def test_the_library_holds_no_repository_glue():
     """The exported module knows nothing of this repository's layout: no tools/
     paths, no nbexport, no search for the repository root, no sys.path edits."""
     source = nbexport.module_source()
-    source = source[source.index("# --- library cell") :]  # after the generated header
+    source = source[source.index("\n# --- ") :]  # after the generated header
     for glue in ("tools/", "nbexport", "repo_root", "sys.path", "__file__"):
         assert glue not in source, f"library code mentions {glue!r}"
 
@@ -229,7 +229,7 @@ def cell_minutes(cell) -> float | None:
 
 def expectations_missed(nb) -> list[str]:
     """Cells whose printed 'expected: about N min' is further from what the run that
-    printed it took than a quarter of N or a minute, whichever is more (CELL_MINUTES
+    printed it took than a quarter of N or a minute, whichever is more (PRESETS[...].minutes
     is out of date)."""
     texts = {}
     for i, _, text in output_texts(nb):
@@ -248,9 +248,9 @@ def expectations_missed(nb) -> list[str]:
 
 def test_printed_cell_times_are_those_of_the_committed_run():
     """Each 'expected: about N min' a cell prints is the time that cell took in the
-    committed run, give or take a quarter: set CELL_MINUTES from the run you commit."""
+    committed run, give or take a quarter: set PRESETS[...].minutes from the run you commit."""
     missed = expectations_missed(nbformat.read(IPYNB, as_version=4))
-    assert not missed, "update CELL_MINUTES from the committed run:\n" + "\n".join(
+    assert not missed, "update PRESETS[...].minutes from the committed run:\n" + "\n".join(
         missed
     )
 
