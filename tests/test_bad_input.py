@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from atkit import cli, files, launch, resume, runtime
+from atkit import files, launch, resume, runtime
+from tools import train as cli
 from conftest import quiet
 
 TINY = {"n_train": 120, "n_eval": 8, "max_tokens": 300, "N": 1, "d_model": 32,

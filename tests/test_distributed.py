@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from atkit import cli, runtime
+from atkit import runtime
+from tools import train as cli
 from atkit import launch as launcher
 
 SETTINGS = ["n_train=240", "max_tokens=160", "d_model=32", "h=2", "d_ff=64", "N=1",

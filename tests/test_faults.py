@@ -27,7 +27,8 @@ import nbformat
 import pytest
 import torch
 
-from atkit import cli, files
+from atkit import files
+from tools import train as cli
 from atkit import data as corpus
 from atkit import launch as launcher
 from conftest import DATA, ROOT, quiet

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from atkit import cli, resume
+from atkit import resume
+from tools import train as cli
 from atkit import data as corpus
 from conftest import DATA, quiet
 
@@ -274,10 +275,25 @@ def test_config_rejects_unknown_settings(lib):
         lib.run_config("tpu")
     with pytest.raises(ValueError):
         lib.run_config("ci", d_model=30, h=4)
-    assert {"ci", "cpu", "gpu"} <= set(lib.PRESETS)
-    for preset in lib.PRESETS.values():  # one run config per preset holds the model
-        assert isinstance(preset.model, lib.ModelConfig)
     assert lib.run_config("ci", d_model=32, h=2).model.d_model == 32
+
+
+def test_every_preset_is_one_whole_record(lib):
+    """One list of names (atkit.runtime's, which AT_PRESET and --preset accept) and
+    one record per name in the notebook, holding all a preset decides: a preset
+    missing from either, or a record missing a part, fails here, not an hour into
+    a run."""
+    from atkit import runtime
+
+    assert tuple(lib.PRESETS) == runtime.PRESET_NAMES
+    for name, preset in lib.PRESETS.items():
+        assert isinstance(preset, lib.Preset), name
+        assert isinstance(preset.run, lib.RunConfig), name
+        assert isinstance(preset.run.model, lib.ModelConfig), name
+        assert isinstance(preset.recipe, lib.RecipeConfig), name
+        assert isinstance(preset.machine, str) and preset.machine, name
+        assert all(isinstance(v, int | float) for v in preset.minutes.values()), name
+        assert lib.expected_time(name, "part3")
 
 
 # --- training and checkpoints ------------------------------------------------------

@@ -36,8 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import cli, runtime
+from atkit import runtime
 from atkit.prose import say
+from tools import train as cli
 
 # Dense bf16 (fp16 where the GPU has no bf16) tensor-core peaks, FLOP/s, from the
 # vendors' data sheets. Names match as whole words, specific ones first.
@@ -119,7 +120,7 @@ def parse_args(lib, argv=None):
     p.add_argument("--json", type=Path, default=None, help="also write figures here")
     args = p.parse_args(argv)
     args.preset = args.preset or runtime.choose_preset()
-    cfg = cli.config_from_args(lib, p, args.preset, args.changes)
+    cfg = cli.config_from_args(lib, args.preset, args.changes)
     if args.size:
         model = lib.model_config(args.size, norm=cfg.model.norm, max_len=256)
         cfg = dataclasses.replace(cfg, model=model)

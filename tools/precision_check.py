@@ -17,7 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from atkit import cli, runtime
+from atkit import runtime
+from tools import train as cli
 
 
 def main(argv=None) -> int:

@@ -199,6 +199,8 @@ def check_args(args, preset) -> None:
     args.out = check_out(
         args.out or Path("results") / f"{preset}-{args.task}.json", args.ckpt_dir
     )
+    if not 0 < args.timeout_s < float("inf"):
+        raise UsageError(f"--timeout-s {args.timeout_s}: give a number of seconds > 0")
     if args.device == "cuda" and not runtime.torch.cuda.is_available():
         raise UsageError("--device cuda, but PyTorch sees no CUDA device here")
     if "WORLD_SIZE" in os.environ and "LOCAL_RANK" not in os.environ:
