@@ -137,9 +137,10 @@ def same_run(paths, states, may_differ=()) -> None:
     vocabularies."""
     states = [
         {**s, "config": {k: v for k, v in s["config"].items() if k not in may_differ}}
-        if isinstance(s.get("config"), dict) else s
+        if isinstance(s.get("config"), dict)
+        else s
         for s in states
-    ]  # fmt: skip
+    ]
     first = states[0]
     for path, state in zip(paths[1:], states[1:], strict=True):
         for key, what in (

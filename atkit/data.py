@@ -119,15 +119,19 @@ def download_verified(
                     if time.monotonic() >= report:
                         report = time.monotonic() + every_s
                         of = f" of {size / 1e6:.2f}" if size else ""
-                        log(f"  {dest.name}: {got / 1e6:.2f}{of} MB after "
-                            f"{time.monotonic() - start:.0f} s")  # fmt: skip
+                        log(
+                            f"  {dest.name}: {got / 1e6:.2f}{of} MB after "
+                            f"{time.monotonic() - start:.0f} s"
+                        )
         digest = sha256sum(Path(tmp))
         if digest != sha256:
             raise ValueError(f"sha256 of {url} is {digest}, expected {sha256}")
         os.replace(tmp, dest)
         of = f" of {size / 1e6:.1f} MB" if size else ""
-        log(f"downloaded {dest.name}: {got / 1e6:.1f} MB{of} in "
-            f"{time.monotonic() - start:.1f} s")  # fmt: skip
+        log(
+            f"downloaded {dest.name}: {got / 1e6:.1f} MB{of} in "
+            f"{time.monotonic() - start:.1f} s"
+        )
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -161,10 +165,13 @@ def verified_folder(root) -> Path:
                 unreadable.append(f"{name} ({err.strerror or err})")
         problem = "; ".join(
             f"{what} {names}"
-            for what, names in (("missing", missing), ("unreadable", unreadable),
-                                ("corrupted", corrupted))
+            for what, names in (
+                ("missing", missing),
+                ("unreadable", unreadable),
+                ("corrupted", corrupted),
+            )
             if names
-        )  # fmt: skip
+        )
     if problem:
         raise DataUnavailableError(
             f"{root}: {problem}. Point {MULTI30K_ENV} (or root=) at a folder with the "
@@ -219,14 +226,20 @@ def fetch_multi30k(
             log(f"downloading {name} from {base_url}")
             try:
                 download_verified(
-                    f"{base_url}/{name}", path, digest, timeout=timeout,
-                    deadline=deadline, log=log,
-                )  # fmt: skip
+                    f"{base_url}/{name}",
+                    path,
+                    digest,
+                    timeout=timeout,
+                    deadline=deadline,
+                    log=log,
+                )
             except (OSError, ValueError) as err:  # URLError, TimeoutError: OSErrors
                 failed[name] = err
     if failed:
-        why = {k: v if isinstance(v, str) else f"{type(v).__name__}: {v}"
-               for k, v in failed.items()}  # fmt: skip
+        why = {
+            k: v if isinstance(v, str) else f"{type(v).__name__}: {v}"
+            for k, v in failed.items()
+        }
         raise DataUnavailableError(
             f"could not download {sorted(failed)} from {base_url} into {root} "
             f"(timeout={timeout} s per wait, deadline_s={deadline_s} s in all): "

@@ -42,9 +42,15 @@ class NonFiniteLossError(RuntimeError):
 
 def _new_history() -> dict:
     return dict(
-        steps=[], train_loss=[], val_loss=[], time_s=[], train_time_s=0.0, tokens=0,
-        best_step=None, world_size=1,
-    )  # fmt: skip
+        steps=[],
+        train_loss=[],
+        val_loss=[],
+        time_s=[],
+        train_time_s=0.0,
+        tokens=0,
+        best_step=None,
+        world_size=1,
+    )
 
 
 @dataclass
@@ -185,9 +191,12 @@ def save_run(run: TrainingRun, world) -> int:
     Weights holding inf or NaN are never written over a good last.pt."""
     p = run.progress
     ranks = world.gather(
-        {"rng": checkpoints.rng_state(run.device), "loss": p["loss"],
-         "ntokens": p["ntokens"]}
-    )  # fmt: skip
+        {
+            "rng": checkpoints.rng_state(run.device),
+            "loss": p["loss"],
+            "ntokens": p["ntokens"],
+        }
+    )
     if not world.is_main:
         return 0
     if not all(bool(torch.isfinite(w).all()) for w in run.model.parameters()):
@@ -197,11 +206,17 @@ def save_run(run: TrainingRun, world) -> int:
         )
     scaler = run.precision.scaler
     state = checkpoints.make_checkpoint(
-        run.model, run.cfg, run.data.vocab_src, run.data.vocab_tgt,
-        optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
+        run.model,
+        run.cfg,
+        run.data.vocab_src,
+        run.data.vocab_tgt,
+        optimizer=run.optimizer.state_dict(),
+        scheduler=run.scheduler.state_dict(),
         scaler=scaler.state_dict() if scaler is not None else {},
-        progress=dict(p), history=run.history, ranks=ranks,
-    )  # fmt: skip
+        progress=dict(p),
+        history=run.history,
+        ranks=ranks,
+    )
     return checkpoints.save_rotating(state, run.ckpt_dir / "last.pt", "prev.pt")
 
 
@@ -215,9 +230,13 @@ def save_snapshot(run: TrainingRun, world, val_loss: float) -> int:
         return 0
     step = run.progress["step"]
     snapshot = checkpoints.make_checkpoint(
-        run.model, run.cfg, run.data.vocab_src, run.data.vocab_tgt,
-        step=step, val_loss=val_loss,
-    )  # fmt: skip
+        run.model,
+        run.cfg,
+        run.data.vocab_src,
+        run.data.vocab_tgt,
+        step=step,
+        val_loss=val_loss,
+    )
     return checkpoints.save_checkpoint(snapshot, snapshot_path(run.ckpt_dir, step))
 
 
@@ -295,8 +314,10 @@ def share_steps(train_src, src_dir, dst_dir, cfg, step: int, may_differ, log=pri
     found = checkpoints.resume_state(src_dir, log)
     done = 0 if found is None else found[1]["progress"]["step"]
     if done > step:
-        log(f"{Path(dst_dir).name}: {Path(src_dir).name} is past step {step} "
-            f"(at {done}), so it trains from step 0")  # fmt: skip
+        log(
+            f"{Path(dst_dir).name}: {Path(src_dir).name} is past step {step} "
+            f"(at {done}), so it trains from step 0"
+        )
         return False
     if done < step:
         train_src(step)

@@ -31,8 +31,9 @@ def _number(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def allowed(kind, *, low=None, above=None, below=None, high=None, choices=None,
-            optional=False) -> str:  # fmt: skip
+def allowed(
+    kind, *, low=None, above=None, below=None, high=None, choices=None, optional=False
+) -> str:
     """What `check_setting` accepts, in words: "a number >= 0 and < 1"."""
     if choices is not None:
         text = f"one of {list(choices)}"
@@ -40,9 +41,11 @@ def allowed(kind, *, low=None, above=None, below=None, high=None, choices=None,
         text = "True or False"
     else:
         text = {int: "an integer", float: "a finite number", str: "a string"}[kind]
-        bounds = [f"{op} {_number(v)}" for op, v in
-                  ((">=", low), (">", above), ("<", below), ("<=", high))
-                  if v is not None]  # fmt: skip
+        bounds = [
+            f"{op} {_number(v)}"
+            for op, v in ((">=", low), (">", above), ("<", below), ("<=", high))
+            if v is not None
+        ]
         text += " " + " and ".join(bounds) if bounds else ""
     return text + (" or None" if optional else "")
 
@@ -65,8 +68,15 @@ def check_setting(
     where = f"{owner}.{name}={value!r}"
     if value is None and optional:
         return
-    what = allowed(kind, low=low, above=above, below=below, high=high,
-                   choices=choices, optional=optional)  # fmt: skip
+    what = allowed(
+        kind,
+        low=low,
+        above=above,
+        below=below,
+        high=high,
+        choices=choices,
+        optional=optional,
+    )
     if not _KINDS[kind](value):
         raise ConfigTypeError(f"{where}: must be {what}, not {type(value).__name__}")
     if choices is not None and value not in choices:

@@ -250,8 +250,8 @@ def test_printed_cell_times_are_those_of_the_committed_run():
     """Each 'expected: about N min' a cell prints is the time that cell took in the
     committed run, give or take a quarter: set PRESETS[...].minutes from the run you commit."""
     missed = expectations_missed(nbformat.read(IPYNB, as_version=4))
-    assert not missed, "update PRESETS[...].minutes from the committed run:\n" + "\n".join(
-        missed
+    assert not missed, (
+        "update PRESETS[...].minutes from the committed run:\n" + "\n".join(missed)
     )
 
 

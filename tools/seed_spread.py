@@ -103,10 +103,11 @@ def main(argv=None) -> int:
         "--out", type=Path, default=None, help="default: runs/seed-spread-<preset>.json"
     )
     p.add_argument(
-        "--rerun", action="store_true",
+        "--rerun",
+        action="store_true",
         help="train or evaluate every run again, even where its results file or the "
         "summary is up to date",
-    )  # fmt: skip
+    )
     args = p.parse_args(argv)
     preset = args.preset or runtime.choose_preset()
     if len(set(args.seeds)) < 2 or min(args.seeds) < 0:
@@ -132,24 +133,40 @@ def main(argv=None) -> int:
     for name, folder, sets in MODELS:
         entry = measured(old, where, args.seeds, sets, name)
         if entry is not None:  # e.g. a word-level model when only bpe_size changed
-            print(f"--- {name}: {out} holds seeds {args.seeds} with these settings",
-                  flush=True)  # fmt: skip
+            print(
+                f"--- {name}: {out} holds seeds {args.seeds} with these settings",
+                flush=True,
+            )
             models[name] = entry
             continue
         runs = []
         for seed in args.seeds:
             ckpt = root / "seeds" / f"{folder}-{seed}"
             res = Path("results") / f"{preset}-seed-{folder}-{seed}.json"
-            argv_run = ["--preset", preset, "--ckpt-dir", str(ckpt), "--out",
-                        str(res), "--set", f"seed={seed}", *sets]  # fmt: skip
+            argv_run = [
+                "--preset",
+                preset,
+                "--ckpt-dir",
+                str(ckpt),
+                "--out",
+                str(res),
+                "--set",
+                f"seed={seed}",
+                *sets,
+            ]
             done = None if args.rerun else finished(res, preset, seed, sets)
             if done is not None:
-                print(f"--- {name}, seed {seed}: {res} holds the finished run "
-                      "with these settings", flush=True)  # fmt: skip
+                print(
+                    f"--- {name}, seed {seed}: {res} holds the finished run "
+                    "with these settings",
+                    flush=True,
+                )
                 runs.append(done)
                 continue
-            print(f"--- {name}, seed {seed}: python -m tools.train "
-                  f"{' '.join(argv_run)}", flush=True)  # fmt: skip
+            print(
+                f"--- {name}, seed {seed}: python -m tools.train {' '.join(argv_run)}",
+                flush=True,
+            )
             status = train.train_cli(argv_run)
             if status:
                 return status
@@ -165,8 +182,10 @@ def main(argv=None) -> int:
     write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     for name, m in models.items():
         t = m["bleu_test_2016_flickr"]
-        print(f"{name}: test_2016 BLEU {t['values']} (mean {t['mean']}, range "
-              f"{t['range']})")  # fmt: skip
+        print(
+            f"{name}: test_2016 BLEU {t['values']} (mean {t['mean']}, range "
+            f"{t['range']})"
+        )
     print("->", out)
     return 0
 
