@@ -34,7 +34,12 @@ from atkit.settings import ConfigError, check_setting, free_on_resume
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became inf or NaN; the weights are no longer usable."""
+    """The training loss became inf or NaN; the weights are no longer usable. `step`
+    is the first bad step, when known."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
 
 
 # ------------------------------------------------------------------ the run
@@ -202,7 +207,8 @@ def save_run(run: TrainingRun, world) -> int:
     if not all(bool(torch.isfinite(w).all()) for w in run.model.parameters()):
         raise NonFiniteLossError(
             f"the weights hold inf or NaN at step {p['step']}; "
-            f"{run.ckpt_dir / 'last.pt'} was left as it was"
+            f"{run.ckpt_dir / 'last.pt'} was left as it was",
+            step=p["step"],
         )
     scaler = run.precision.scaler
     state = checkpoints.make_checkpoint(
