@@ -256,7 +256,10 @@ def refuses_before_training(tmp_path, monkeypatch, capsys, argv, ckpt=None) -> s
     fake_cpu(monkeypatch, bf16=True)
     monkeypatch.setattr(cli, "train_cli", must_not_run)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(runtime.CHECKPOINTS_ENV, str(ckpt or tmp_path / "ckpt"))
+    monkeypatch.setenv(runtime.CHECKPOINTS_ENV, str(tmp_path / "ckpt"))
+    if ckpt:  # the default root, ./checkpoints, leads there
+        monkeypatch.delenv(runtime.CHECKPOINTS_ENV)
+        (tmp_path / "checkpoints").symlink_to(ckpt)
     status = run(precision_check.main, precision_check.PROG, ["--preset", "ci", *argv])
     assert status == 2
     return one_error_line(capsys, precision_check.PROG)
@@ -281,8 +284,15 @@ def test_precision_check_refuses_before_training(
 
 
 def test_precision_check_read_only(lib, tmp_path, read_only, monkeypatch, capsys):  # noqa: F811
+    """A read-only checkpoint root, the default one (./checkpoints) or one that
+    $AT_CHECKPOINTS names, is refused before the first run trains."""
     line = refuses_before_training(tmp_path, monkeypatch, capsys, [], read_only)
-    assert "cannot be written" in line
+    assert "checkpoint folder checkpoints/ci/precision-bf16 cannot be written" in line
+    (tmp_path / "checkpoints").unlink()
+    monkeypatch.setenv(runtime.CHECKPOINTS_ENV, str(read_only))
+    status = run(precision_check.main, precision_check.PROG, ["--preset", "ci"])
+    assert status == 2
+    assert runtime.CHECKPOINTS_ENV in one_error_line(capsys, precision_check.PROG)
 
 
 def test_precision_check_trains_both_and_compares(lib, tmp_path, monkeypatch, capsys):
