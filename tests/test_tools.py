@@ -199,6 +199,21 @@ def test_bench_caps_threads_at_the_cores(lib, capsys):
     assert args.threads == cores
 
 
+def test_bench_refuses_json_with_profile(lib, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(lib, ["--profile", "--json", "figures.json"])
+    assert exit_.value.code == 2
+    assert "leave out --json" in one_error_line(capsys, bench.PROG)
+
+
+def test_bench_names_a_failed_memory_child():
+    """The fresh process that measures a path's memory fails: its last line is
+    kept in the message, not a CalledProcessError."""
+    with pytest.raises(RuntimeError, match=r"fast path.*exit 2.*--vocab") as err:
+        bench.cpu_peak_mib(["--preset", "ci", "--vocab", "0"], "fast")
+    assert "CalledProcessError" not in str(err.value)
+
+
 def test_bench_command_line_ends_in_one_error_line(tmp_path):
     """The real command line (python -m tools.bench), not only main()."""
     argv = [*TINY_BENCH, "--json", str(tmp_path)]
