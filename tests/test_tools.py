@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from test_faults import read_only, small_disk  # noqa: F401 (fixtures)
 
-from atkit import cli, runtime
+from atkit import runtime
 from conftest import ROOT
 from tools import bench, errors, load_check, precision_check, thread_probe
+from tools import train as cli
 
 TINY_BENCH = ["--preset", "ci", "--batches", "1", "--steps", "1", "--rounds", "1"]
 
