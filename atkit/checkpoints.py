@@ -159,6 +159,61 @@ def same_run(paths, states, may_differ=()) -> None:
                 )
 
 
+def as_state_dict(checkpoint) -> dict:
+    """A model state dict from a path, a state dict or a notebook checkpoint."""
+    if isinstance(checkpoint, str | Path):
+        checkpoint = load_checkpoint(checkpoint)
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"expected a path or a dict, got {type(checkpoint).__name__}")
+    model = checkpoint.get("model")
+    return model if isinstance(model, dict) else checkpoint
+
+
+def states_to_average(sources, free_on_resume=lambda config: set()) -> list[dict]:
+    """The model state dicts of checkpoints (paths, notebook checkpoints or state
+    dicts) that can be averaged: at least one; one run's (the same settings, those
+    `free_on_resume(config)` names aside, and vocabularies, where the notebook's
+    format records them); the same keys, shapes and dtypes. Else an error that says
+    which checkpoint differs."""
+    if isinstance(sources, str | Path | dict):
+        raise TypeError(
+            "average_checkpoints takes a list of checkpoints (paths or state dicts), "
+            "not a single one"
+        )
+    sources = list(sources)
+    loaded = [load_checkpoint(c) if isinstance(c, str | Path) else c for c in sources]
+    runs = [
+        (i, c) for i, c in enumerate(loaded) if isinstance(c, dict) and "config" in c
+    ]
+    if len(runs) > 1:
+        names = [
+            str(sources[i]) if isinstance(sources[i], str | Path) else f"checkpoint {i}"
+            for i, _ in runs
+        ]
+        states = [c for _, c in runs]
+        same_run(names, states, may_differ=free_on_resume(states[0]["config"]))
+    states = [as_state_dict(c) for c in loaded]
+    if not states:
+        raise ValueError("average_checkpoints needs at least one checkpoint")
+    first = states[0]
+    for i, state in enumerate(states[1:], start=1):
+        if state.keys() != first.keys():
+            diff = sorted(set(state) ^ set(first))[:5]
+            raise ValueError(f"checkpoint {i} has other keys than checkpoint 0: {diff}")
+        for name, value in state.items():
+            ref = first[name]
+            same = not torch.is_tensor(ref) or (
+                torch.is_tensor(value)
+                and (value.shape, value.dtype) == (ref.shape, ref.dtype)
+            )
+            if not same:
+                raise ValueError(
+                    f"checkpoint {i} does not match checkpoint 0 at {name!r}: "
+                    "different architectures cannot be averaged"
+                )
+    return states
+
+
 def _equal(a, b) -> bool:
     if torch.is_tensor(a) or torch.is_tensor(b):
         return torch.is_tensor(a) and torch.is_tensor(b) and torch.equal(a, b)

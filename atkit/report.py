@@ -362,3 +362,17 @@ def conclusion(summary, part3_bleu: float) -> list[str]:
             f"{summary['noise']:.2f}."
         )
     return out
+
+
+def bench(figures: dict) -> str:
+    """tools/bench.py's figures (its --json) in one sentence."""
+    paths = {p: figures[p] for p in ("didactic", "fast") if p in figures}
+    if len(paths) < 2:
+        return "The bench measured only one path; nothing to compare."
+    did, fast = paths["didactic"]["tokens_per_s"], paths["fast"]["tokens_per_s"]
+    ratio = fast / did
+    return (
+        f"On this machine the fast step trained {ratio:.2f} times as many label "
+        f"tokens per second as the didactic one, on the same model and batches "
+        f"({fast:,.0f} against {did:,.0f})."
+    )

@@ -77,6 +77,7 @@ class TrainingRun:
         default_factory=lambda: dict(step=0, epoch=0, batch=0, loss=0.0, ntokens=0)
     )
     history: dict = field(default_factory=_new_history)
+    window_s: float = 0.0  # training seconds since the last evaluation
 
 
 @contextlib.contextmanager

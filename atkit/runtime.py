@@ -178,27 +178,38 @@ def compile_works(device) -> tuple[bool, str]:
 # ------------------------------------------------------------------ the Setup cell
 
 
+RUN_MIME = "application/vnd.annotated-transformer.run+json"
+
+
 @dataclass(frozen=True)
 class Runtime:
     preset: str
     device: torch.device
     threads: int
 
+    def machine(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return f"{cores_available()} CPU core(s)"
+
     def __str__(self) -> str:
-        name = (
-            torch.cuda.get_device_name(self.device)
-            if self.device.type == "cuda"
-            else f"{cores_available()} CPU core(s)"
-        )
-        precision, why = auto_precision(self.device)
-        late = " (too late: torch was loaded first; restart)" * TORCH_WAS_LOADED
+        late = " (set too late: torch was loaded first; restart)" * TORCH_WAS_LOADED
         return (
-            f"preset {self.preset} · device {self.device} ({name}) · "
-            f"{self.threads} torch thread(s) · OMP_WAIT_POLICY="
-            f"{os.environ.get('OMP_WAIT_POLICY')}{late}\n"
-            f'precision="auto" here: {precision} ({why}) · torch {torch.__version__}\n'
-            f"checkpoints: {checkpoint_root(self.preset)}/"
+            f"preset {self.preset} · {self.device} ({self.machine()}) · "
+            f"torch {torch.__version__.split('+')[0]}{late}"
         )
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """The Setup cell's output: the line above, and the same facts as data (a
+        type that Jupyter does not show) for tools/readme_results.py to read the
+        committed run's preset from."""
+        facts = {
+            "preset": self.preset,
+            "device": str(self.device),
+            "machine": self.machine(),
+            "torch": torch.__version__.split("+")[0],
+        }
+        return {"text/plain": str(self), RUN_MIME: facts}
 
 
 def setup() -> Runtime:

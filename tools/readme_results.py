@@ -60,18 +60,24 @@ def results_block(notebook: Path) -> str:
         parts.append(f"**{title}**\n\n```text\n{text}\n```\n")
     if not parts:
         raise SystemExit(f"{notebook} has no cells tagged `results`")
-    preset = re.search(r"preset[= ](\w+)", _first_stdout(nb))
-    head = f"From the committed run of the notebook (preset `{preset[1]}`):\n\n"
+    head = f"From the committed run of the notebook (preset `{run_preset(nb)}`):\n\n"
     return head + "\n".join(parts)
 
 
-def _first_stdout(nb) -> str:
+def run_preset(nb) -> str:
+    """The preset of the run, from the data the Setup cell displays beside its line
+    (atkit.runtime.RUN_MIME)."""
+    from atkit.runtime import RUN_MIME
+
     for cell in nb.cells:
         for o in cell.get("outputs", []):
-            text = o.get("text", "")
-            if o.get("name") == "stdout" and re.search(r"preset[= ]\w+", text):
-                return o["text"]
-    return "preset=unknown"
+            facts = o.get("data", {}).get(RUN_MIME)
+            if facts:
+                return facts["preset"]
+    raise SystemExit(
+        "the notebook's Setup cell shows no run facts (its output lacks "
+        f"{RUN_MIME}): run the notebook again"
+    )
 
 
 def replace_block(readme: str, block: str) -> str:
