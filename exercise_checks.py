@@ -42,7 +42,6 @@ SIGALRM handler and timer are restored after every call, so the kernel stays usa
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import inspect
@@ -180,6 +179,13 @@ def _exception_text(exc: BaseException) -> str:
     return f"{name}: {_short(message, 300)}" if message else name
 
 
+def _repr(value) -> str:
+    try:
+        return _short(repr(value))
+    except Exception:  # an int of more than 4300 digits, say
+        return "too long to show"
+
+
 def _kind(value) -> str:
     """What a value is, in words, for a message (never calls the value's own code
     beyond its type and, for a string, its characters)."""
@@ -193,8 +199,8 @@ def _kind(value) -> str:
         return f"a {type(value).__name__} ({_short(repr(value[:80]))})"
     if isinstance(value, numbers.Number):
         if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
-            return f"a complex number ({_short(repr(value))})"
-        return f"a number ({_short(repr(value))})"
+            return f"a complex number {_repr(value)}"
+        return f"a number ({_repr(value)})"
     if type(value).__module__ == "numpy" and hasattr(value, "shape"):
         return f"a NumPy array of shape {tuple(value.shape)}"
     if isinstance(value, types.GeneratorType):
@@ -223,35 +229,37 @@ _HINTS = {
 }
 
 
-@contextlib.contextmanager
-def _deadline(seconds: float):
+def _arm(seconds: float) -> Callable[[], None]:
     """Raise _TimeUp in the main thread after `seconds`, and every half second after
-    that until the block ends (see the module's docstring). Without SIGALRM, or off
-    the main thread, the block runs without a limit."""
+    that, until the function returned is called (see the module's docstring). That
+    function may be called twice: an alarm that interrupts the first call before it
+    takes effect lands in _call's `except _TimeUp`, which calls it again. Without
+    SIGALRM, or off the main thread, nothing is armed."""
     if (
         not hasattr(signal, "setitimer")
         or threading.current_thread() is not threading.main_thread()
     ):
-        yield
-        return
-    armed = True
+        return lambda: None
+    state = {"armed": True}
 
     def on_alarm(signum, frame):
-        if armed:
+        if state["armed"]:
             raise _TimeUp
 
-    start = time.monotonic()
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    outer = signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
-    try:
-        yield
-    finally:
-        armed = False
+    def disarm():
+        if not state["armed"]:
+            return
+        state["armed"] = False  # from here on an alarm does nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
         if outer[0] > 0:  # someone else's timer was running: give it its time back
             left = max(outer[0] - (time.monotonic() - start), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, left, outer[1])
+
+    start = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    outer = signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
+    return disarm
 
 
 def _parameter_name(fn, i: int) -> str:
@@ -285,12 +293,16 @@ def _call(fn, *args, context: str = "", hints: dict | None = None):
     the reader's code it came from; a changed argument is reported by name."""
     copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     states = {i: _state(a) for i, a in enumerate(args) if isinstance(a, nn.Module)}
+    disarm = _arm(TIME_LIMIT_S)
     try:
-        with _deadline(TIME_LIMIT_S):
+        try:
             result = fn(*copies)
+        finally:
+            disarm()
     except NotImplementedError:
         raise _NotDone from None
     except _TimeUp:
+        disarm()  # again, in case the alarm interrupted the first call
         raise _Wrong(
             f"your function ran longer than {TIME_LIMIT_S:g} s{context}; look for a "
             "loop that never ends (the check stopped it; a call should take "
@@ -341,9 +353,12 @@ _NUMPY_HINT = (
 )
 
 
-def _tensor(value, what: str, dtype=None) -> torch.Tensor:
+def _tensor(
+    value, what: str, dtype=None, why: str = "the inputs' dtype, which the result keeps"
+) -> torch.Tensor:
     """`value` if it is a real, dense CPU tensor (of `dtype`, a torch.dtype or
-    "integer", when given); otherwise say what it is instead."""
+    "integer", when given, `why` saying why that one); otherwise say what it is
+    instead."""
     if not isinstance(value, torch.Tensor):
         hint = ""
         if type(value).__module__ == "numpy" and hasattr(value, "shape"):
@@ -380,12 +395,10 @@ def _tensor(value, what: str, dtype=None) -> torch.Tensor:
                 "(torch.long)"
             )
     elif dtype is not None and value.dtype != dtype:
-        why = ""
+        hint = f" ({why})"
         if dtype.is_floating_point and not value.dtype.is_floating_point:
-            why = " (integers cannot hold these values: compute with float tensors)"
-        elif dtype.is_floating_point:
-            why = " (the inputs' dtype; convert nothing to another precision)"
-        raise _Wrong(f"{what} has dtype {value.dtype}, expected {dtype}{why}")
+            hint = " (integers cannot hold these values: compute with float tensors)"
+        raise _Wrong(f"{what} has dtype {value.dtype}, expected {dtype}{hint}")
     return value
 
 
@@ -432,7 +445,7 @@ def _number(value, what: str) -> float:
     if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
         raise _Wrong(
             f"{what} should be a real number, got the complex number "
-            f"{_short(repr(value))}: find where a complex number (or a negative "
+            f"{_repr(value)}: find where a complex number (or a negative "
             "number's fractional power) entered the computation"
         )
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -842,7 +855,12 @@ def _pe_variant(max_len, d, kind):
 @_exercise
 def positional_encoding(fn):
     max_len, d = 12, 8
-    got = _tensor(_call(fn, max_len, d), "the table", torch.float32)
+    got = _tensor(
+        _call(fn, max_len, d),
+        "the table",
+        torch.float32,
+        "the dtype of the main notebook's table, and of the embeddings it is added to",
+    )
     _shape(got, (max_len, d), f"sinusoidal_table({max_len}, {d})",
            " (positions, d_model)")  # fmt: skip
     want = _lib().sinusoidal_table(max_len, d)
@@ -1032,7 +1050,12 @@ def _over_k_minus_2(q, target, K, eps) -> bool:
 def label_smoothing(fn):
     K, eps = 6, 0.1
     target = torch.tensor([2, 0, 5, 3])
-    got = _tensor(_call(fn, target, K, eps), "q", torch.float32)
+    got = _tensor(
+        _call(fn, target, K, eps),
+        "q",
+        torch.float32,
+        "the dtype of the log-probabilities it multiplies",
+    )
     _shape(got, (len(target), K), "q", " (one row per label, one column per token)")
     if _over_k_minus_2(got, target, K, eps):
         raise _Wrong(

@@ -663,7 +663,7 @@ HOSTILE_VALUES = {  # value, words the verdict must contain
     "numpy": (np.zeros((2, 3)), r"NumPy array of shape \(2, 3\)"),
     "nested list": ([[1.0, 2.0], [3.0, 4.0]], r"list of 2 items"),
     "complex number": (1 + 2j, r"complex number \(?\(1\+2j\)"),
-    "huge int": (10**400, r"a number \(1000|too large to be a float"),
+    "huge int": (10**5000, r"a number \(too long to show\)"),
     "bool": (True, r"a bool \(True\)"),
     "dict": ({}, r"a dict object"),
     "function": (sol.rate, r"did you return it instead of calling it"),
