@@ -25,19 +25,20 @@ order; tests/test_exercises.py runs each against the solutions
 
 A reader's function that runs longer than ``TIME_LIMIT_S`` seconds (a loop that never
 ends) is stopped with a message. The mechanism is SIGALRM: ``signal.setitimer`` arms a
-timer whose handler raises inside the reader's code, at the next bytecode, which
-stops pure-Python loops and interrupts ``time.sleep``. Jupyter and Colab run a cell in
-the kernel's main thread on Linux or macOS, which is where Python lets a program set a
-signal handler, so it works there. The alternatives fall short: a worker thread with
-a deadline can stop waiting but cannot stop the thread, whose loop would spin on in
-the kernel; a subprocess cannot receive a function defined in a notebook cell (it
-does not pickle), and forking a kernel that holds PyTorch's thread pools can deadlock.
-The exception the handler raises derives from BaseException, so a reader's
-``except Exception`` does not swallow it, and the timer repeats every half second
-until the call ends. Where no such timer exists (Windows, or a check called from
-another thread) the call runs without a limit, and the kernel's Interrupt button
-stops it: the check then answers "interrupted" instead of raising. The previous
-SIGALRM handler and timer are restored after every call, so the kernel stays usable.
+timer whose handler raises inside the reader's code as soon as the interpreter next
+looks for signals, which stops pure-Python loops and interrupts ``time.sleep`` (one long
+PyTorch operation runs to its end first). Jupyter's kernel, Colab's included, runs a
+cell in its main thread, the only thread where Python lets a program set a signal
+handler, and Linux and macOS have the timer, so it works there. The alternatives fall
+short: a worker thread with a deadline can stop waiting but cannot stop the thread,
+whose loop would spin on in the kernel; a subprocess cannot receive a function defined
+in a notebook cell (it does not pickle), and forking a kernel that holds PyTorch's
+thread pools can deadlock. The exception the handler raises derives from BaseException,
+so a reader's ``except Exception`` does not swallow it, and the timer repeats every half
+second until the call ends. Where no such timer exists (Windows, or a check called from
+another thread) the call runs without a limit, and the kernel's Interrupt button stops
+it: the check then answers "interrupted" instead of raising. The previous SIGALRM
+handler and timer are restored after every call, so the kernel stays usable.
 """
 
 from __future__ import annotations
