@@ -152,8 +152,24 @@
       return out;
     }
 
-    // bpe_model.cc's Model::SampleEncode without dropout: [piece, id] pairs.
+    // sentencepiece's encode: [piece, id] pairs; a run of unknown pieces is one
+    // <unk> (sentencepiece_processor.cc, PopulateSentencePieceText).
     encodePieces(text) {
+      const out = [];
+      let prevUnk = false;
+      for (const [piece, id] of this.bpePieces(text)) {
+        const unk = this.types[id] === UNKNOWN;
+        if (unk && prevUnk) out[out.length - 1][0] += piece;
+        else out.push([piece, id]);
+        prevUnk = unk;
+      }
+      return out;
+    }
+
+    encode(text) { return this.encodePieces(text).map(([, id]) => id); }
+
+    // bpe_model.cc's Model::SampleEncode without dropout: [piece, id] pairs.
+    bpePieces(text) {
       const chars = this.normalize(text);
       const sym = chars.map((c, i) => ({ piece: c, prev: i - 1, next: i + 1 < chars.length ? i + 1 : -1 }));
       if (!sym.length) return [];
@@ -212,18 +228,6 @@
       };
       for (let i = 0; i !== -1; i = sym[i].next) resegment(sym[i].piece);
       return out;
-    }
-
-    // The ids sentencepiece's encode gives: a run of unknown pieces is one <unk>.
-    encode(text) {
-      const ids = [];
-      let prevUnk = false;
-      for (const [, id] of this.encodePieces(text)) {
-        const unk = this.types[id] === UNKNOWN;
-        if (!(unk && prevUnk)) ids.push(id);
-        prevUnk = unk;
-      }
-      return ids;
     }
 
     // `SharedBPE.decode`: sentencepiece's text of the ids, split on whitespace.
@@ -852,14 +856,13 @@
       const words = this.tokenizer.words(text);
       if (!words.length) throw new InputError("Nothing to translate: type a sentence first.");
       const joined = words.join(" ");
-      const ids = this.bpe.encode(joined);
+      const pieces = this.bpe.encodePieces(joined), ids = pieces.map(([, id]) => id);
       const limit = this.model.maxLen - 2;
       if (ids.length > limit) {
         throw new InputError(`The text is ${ids.length} subword pieces long; this model reads at most ` +
                              `${limit} (its positional encoding covers ${this.model.maxLen} positions, ` +
                              "<s> and </s> included). Split it into sentences.");
       }
-      const pieces = this.bpe.encodePieces(joined);
       const unknown = pieces.filter(([, id]) => id === this.bpe.unkId).map(([p]) => p);
       return { words, ids, src: [BOS, ...ids, EOS], unknown };
     }

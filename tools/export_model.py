@@ -55,14 +55,15 @@ def detokenize_rules(lib) -> list:
     ]
 
 
-def test_data(lib, cfg, vocab, root=None):
+def test_data(lib, cfg, vocab, root=None, n=None):
     """test_2016's sources in the run's direction, encoded with its vocabulary, and
-    the references: the TranslationData that the notebook's `bleu` needs."""
+    the references (the first `n`, else the run's n_eval): the TranslationData that
+    the notebook's `bleu` needs."""
     root = str(lib.corpus.data_root(root))
-    src_lang = cfg.src_lang
+    src_lang, n = cfg.src_lang, n or cfg.n_eval
     sides = dict(zip(lib.LANGS, lib.corpus.read_split(SPLIT, root), strict=True))
-    text = (sides[src_lang][: cfg.n_eval], sides[lib.other_lang(src_lang)][: cfg.n_eval])
-    tokens = lib.tokenized(SPLIT, src_lang, cfg.n_eval, root)
+    text = (sides[src_lang][:n], sides[lib.other_lang(src_lang)][:n])
+    tokens = lib.tokenized(SPLIT, src_lang, n, root)
     sources = {SPLIT: [lib.frame(vocab.encode(t)) for t in tokens]}
     return lib.TranslationData(vocab, vocab, [], [], sources, {SPLIT: text}, src_lang)
 
@@ -88,8 +89,10 @@ def scores(lib, model, data, alpha, beam_size) -> dict:
 
 
 def export_run(lib, ckpt_dir, n_avg, alpha, out, preset, *, quant="int8",
-               beam_size=4, bleu=True, root=None, log=print) -> Path:  # fmt: skip
-    """Export one run (see the module docstring); returns the model file's path."""
+               beam_size=4, bleu=True, n_eval=None, root=None,
+               log=print) -> Path:  # fmt: skip
+    """Export one run (see the module docstring); returns the model file's path.
+    `n_eval`: score the first n test sentences only (default: the run's n_eval)."""
     ckpt_dir, out = Path(ckpt_dir), Path(out)
     last = lib.checkpoints.load_checkpoint(ckpt_dir / "last.pt")
     history, cfg = last["history"], lib.RunConfig.from_dict(last["config"])
@@ -123,7 +126,7 @@ def export_run(lib, ckpt_dir, n_avg, alpha, out, preset, *, quant="int8",
     }
     if bleu:
         start = time.perf_counter()
-        data = test_data(lib, cfg, vocab, root)
+        data = test_data(lib, cfg, vocab, root, n_eval)
         manifest["bleu"] = {
             "split": SPLIT,
             "pytorch": scores(lib, model, data, alpha, beam_size),
