@@ -254,9 +254,14 @@ class Exported:
 
 
 def model_js(
-    direction: str, manifest: dict, state: dict, spm_proto: bytes, spacy: dict,
-    detokenize: list, quant: str = "int8",
-) -> str:  # fmt: skip
+    direction: str,
+    manifest: dict,
+    state: dict,
+    spm_proto: bytes,
+    spacy: dict,
+    detokenize: list,
+    quant: str = "int8",
+) -> str:
     """The text of a model file (see the module docstring). `detokenize`: the
     notebook's detokenize as (JavaScript pattern, replacement) pairs, applied in
     order to the output tokens joined by spaces."""
@@ -302,8 +307,10 @@ def read_model(path) -> Exported:
     """The content of a model file written by `write_model`."""
     path = Path(path)
     if not path.is_file():
-        raise ExportError(f"{path}: no such exported model (make it with `python -m "
-                          "tools.export_model`)")  # fmt: skip
+        raise ExportError(
+            f"{path}: no such exported model (make it with `python -m "
+            "tools.export_model`)"
+        )
     match = _STATEMENT.search(path.read_text(encoding="utf-8"))
     if not match:
         raise ExportError(f"{path}: not a model file of tools.export_model")
@@ -324,4 +331,6 @@ def read_model(path) -> Exported:
             f"{path}: damaged ({type(err).__name__}: {str(err)[:200]}); export it "
             "again with `python -m tools.export_model`"
         ) from None
-    return Exported(obj["manifest"], state, proto, obj["spacy"], obj["detokenize"], path)
+    return Exported(
+        obj["manifest"], state, proto, obj["spacy"], obj["detokenize"], path
+    )

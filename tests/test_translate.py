@@ -44,7 +44,7 @@ EDGE_TEXTS = [
     "  viele   Leerzeichen\tund\nZeilen  \r\n",
     "Ein 😀 Hund 😀😀 <b>fett</b> &amp; <script>x</script>",
     "\u00a0NBSP\u00a0hier\u2009und\u3000dort\ufeffBOM",
-    "„Zitat“ und «Guillemets» – ‚einfach‘ \"gerade\"",
+    '„Zitat“ und «Guillemets» – ‚einfach‘ "gerade"',
     "US$ 5 € 10 20% 3.5 1990er-Jahre A/B-Test 5°C 10:30 Uhr",
     "Straßenmusiker spielen Gitarre.",
     "",
@@ -61,7 +61,17 @@ def fuzz_texts(n: int, seed: int = 0) -> list[str]:
         + list(".,;:!?'\"()[]-–—/&%$€°…«»„“‚‘’`´+*#@_~=<>|")
         + [" ", " ", " ", "\t", "\n", "\u00a0", "😀", "▁", "ﬁ"]
     )
-    words = ["z.B.", "Dr.", "usw.", "auf'm", "http://x.de", "km", "US$", "...", "E-Mail"]
+    words = [
+        "z.B.",
+        "Dr.",
+        "usw.",
+        "auf'm",
+        "http://x.de",
+        "km",
+        "US$",
+        "...",
+        "E-Mail",
+    ]
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -107,9 +117,10 @@ def reference(lib, exported):
     words = lib.tokenize_all("de", texts)
     sources = [lib.frame(vocab.encode(w)) for w in words[:N_GREEDY]]
     greedy = lib.translate_ids(model, sources)
-    beam = lib.translate_ids(
-        model, sources[:N_BEAM], search=lib.beam(4, manifest["alpha"])
-    )
+    beam = {  # the run's alpha, and a large one that changes most outputs
+        alpha: lib.translate_ids(model, sources[:N_BEAM], search=lib.beam(4, alpha))
+        for alpha in (manifest["alpha"], 3.0)
+    }
     return {
         "texts": texts,
         "words": words,
@@ -127,9 +138,7 @@ def reference(lib, exported):
 @pytest.fixture(scope="module")
 def server(exported):
     """The exported folder served over http on 127.0.0.1 (a free port)."""
-    handler = functools.partial(
-        QuietHandler, directory=str(exported.parent.parent)
-    )
+    handler = functools.partial(QuietHandler, directory=str(exported.parent.parent))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -157,9 +166,11 @@ class Opened:
         )
         self.page.route(
             "**/*",
-            lambda route: route.continue_()
-            if route.request.url.startswith(allowed)
-            else route.abort(),
+            lambda route: (
+                route.continue_()
+                if route.request.url.startswith(allowed)
+                else route.abort()
+            ),
         )
         self.page.goto(url)
         self.page.wait_for_function(
@@ -210,10 +221,10 @@ IN_PAGE_TOKENIZE = """async (texts) => {
   });
 }"""
 
-IN_PAGE_TRANSLATE = """async ([texts, search]) => {
+IN_PAGE_TRANSLATE = """async ([texts, search, alpha]) => {
   const tr = await atkitPage.translator("de-en");
   return texts.map((t) => {
-    const r = tr.translateSync(t, { search });
+    const r = tr.translateSync(t, alpha === undefined ? { search } : { search, alpha });
     return [r.out, r.text];
   });
 }"""
@@ -255,8 +266,12 @@ def test_js_regex_keeps_python_meaning():
 def test_pack_keeps_tied_matrices_once_and_rows_within_half_a_step():
     torch.manual_seed(0)
     emb = torch.randn(50, 16)
-    state = {"a.weight": emb, "b.weight": emb, "c.bias": torch.randn(16),
-             "d.weight": torch.zeros(3, 16)}  # fmt: skip
+    state = {
+        "a.weight": emb,
+        "b.weight": emb,
+        "c.bias": torch.randn(16),
+        "d.weight": torch.zeros(3, 16),
+    }
     entries, aliases, blob = export.pack_state(state, "int8")
     assert [e["name"] for e in entries] == ["a.weight", "c.bias", "d.weight"]
     assert aliases == {"b.weight": "a.weight"}
@@ -266,8 +281,10 @@ def test_pack_keeps_tied_matrices_once_and_rows_within_half_a_step():
     assert ((back["a.weight"] - emb).abs() <= step / 2 + 1e-7).all()
     assert torch.equal(back["c.bias"], state["c.bias"]), "vectors are kept as float32"
     assert torch.equal(back["d.weight"], state["d.weight"]), "a zero row stays zero"
-    half = export.unpack_state(*export.pack_state(state, "float16")[:2],
-                               bytes(export.pack_state(state, "float16")[2]))  # fmt: skip
+    half = export.unpack_state(
+        *export.pack_state(state, "float16")[:2],
+        bytes(export.pack_state(state, "float16")[2]),
+    )
     assert torch.equal(half["a.weight"], emb.half().float())
     with pytest.raises(ValueError, match="quant"):
         export.pack_state(state, "int4")
@@ -315,7 +332,9 @@ def test_manifest_and_the_notebook_loader(lib, run_dir, exported, reference):
     assert man["preset"] == "ci" and man["alpha"] == 1.0 and man["quant"] == "int8"
     bleu = man["bleu"]
     for search in ("greedy", "beam"):
-        assert abs(bleu["pytorch"][search]["bleu"] - bleu["exported"][search]["bleu"]) < 3
+        assert (
+            abs(bleu["pytorch"][search]["bleu"] - bleu["exported"][search]["bleu"]) < 3
+        )
     # the loader gives the exported weights: close to the averaged model's
     history = torch.load(run_dir / "last.pt", weights_only=True)["history"]
     averaged = lib.averaged_model(run_dir, history, "cpu", 2)
@@ -354,14 +373,19 @@ def test_page_translates_as_the_notebook(opened, reference, capsys):
     got = opened.evaluate(IN_PAGE_TRANSLATE, [texts, "greedy"])
     same = sum(g[0] == r for g, r in zip(got, reference["greedy"], strict=True))
     same_text = sum(g[1] == r for g, r in zip(got, reference["text"], strict=True))
-    beam = opened.evaluate(IN_PAGE_TRANSLATE, [texts[:N_BEAM], "beam"])
-    same_beam = sum(g[0] == r for g, r in zip(beam, reference["beam"], strict=True))
+    same_beam = {}
+    for alpha, want in reference["beam"].items():
+        beam = opened.evaluate(IN_PAGE_TRANSLATE, [texts[:N_BEAM], "beam", alpha])
+        same_beam[alpha] = sum(g[0] == r for g, r in zip(beam, want, strict=True))
     with capsys.disabled():
-        print(f"\nci model, {SPLIT}: greedy outputs equal to PyTorch's for {same} of "
-              f"{len(texts)} (text {same_text}), beam 4 for {same_beam} of {N_BEAM}")  # fmt: skip
+        print(
+            f"\nci model, {SPLIT}: greedy outputs equal to PyTorch's for {same} of "
+            f"{len(texts)} (text {same_text}); beam 4, of {N_BEAM}: {same_beam}"
+        )
     assert same >= 99, f"greedy: only {same} of {len(texts)} equal PyTorch's"
     assert same_text >= 99
-    assert same_beam >= N_BEAM - 1, f"beam: {same_beam} of {N_BEAM} equal PyTorch's"
+    for alpha, n in same_beam.items():
+        assert n >= N_BEAM - 1, f"beam, alpha {alpha}: {n} of {N_BEAM} equal PyTorch's"
 
 
 def test_javascript_fallback_agrees_with_webassembly(opened, reference):
@@ -429,8 +453,10 @@ def test_time_per_sentence(opened, reference, capsys):
     text = twenty_words(reference["texts"][:N_GREEDY] + [" ".join(["Hund"] * 20)])
     t = opened.evaluate(IN_PAGE_TIME, [text, 3])
     with capsys.disabled():
-        print(f"\nci model in Chromium: {t['words']} words, greedy {t['greedy']:.3f} s,"
-              f" beam 4 {t['beam']:.3f} s (WebAssembly: {t['wasm']})")  # fmt: skip
+        print(
+            f"\nci model in Chromium: {t['words']} words, greedy {t['greedy']:.3f} s,"
+            f" beam 4 {t['beam']:.3f} s (WebAssembly: {t['wasm']})"
+        )
 
 
 # ------------------------------------------------------------------ the committed model
@@ -478,8 +504,44 @@ def test_committed_page_translates_as_the_notebook(lib, browser, capsys):
     finally:
         o.close()
     with capsys.disabled():
-        print(f"\ncommitted {path.name} ({path.stat().st_size:,} bytes): greedy equal "
-              f"to PyTorch's for {same} of {len(texts)}; {t['words']} words: greedy "
-              f"{t['greedy']:.3f} s, beam 4 {t['beam']:.3f} s in Chromium")  # fmt: skip
+        print(
+            f"\ncommitted {path.name} ({path.stat().st_size:,} bytes): greedy equal "
+            f"to PyTorch's for {same} of {len(texts)}; {t['words']} words: greedy "
+            f"{t['greedy']:.3f} s, beam 4 {t['beam']:.3f} s in Chromium"
+        )
     assert same >= 99, f"only {same} of {len(texts)} greedy outputs equal PyTorch's"
     print(json.dumps(manifest["bleu"]))
+
+
+# ------------------------------------------------------------ the notebook's switch
+
+
+def test_pretrained_switch_in_ipython():
+    """runtime.use_pretrained in a Jupyter kernel: on, a cell whose first line is
+    `# needs training` prints one line instead of running; off, it runs."""
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    def run(flag: bool) -> list[str]:
+        nb = new_notebook(
+            cells=[
+                new_code_cell(
+                    f"from atkit import runtime\nruntime.use_pretrained({flag})"
+                ),
+                new_code_cell("# needs training\nprint('trained')"),
+                new_code_cell("print('always')"),
+                new_code_cell("runtime.use_pretrained(False)"),
+                new_code_cell("# needs training\nprint('trained again')"),
+            ]
+        )
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute(cwd=str(ROOT))
+        return [
+            "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+            for c in nb.cells
+        ]
+
+    on = run(True)
+    assert on[1].startswith("skipped: PRETRAINED is on (AT_PRETRAINED=1)"), on
+    assert on[2] == "always\n" and on[4] == "trained again\n", on
+    off = run(False)
+    assert off[1] == "trained\n" and off[2] == "always\n", off

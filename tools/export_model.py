@@ -82,26 +82,45 @@ def load_exported(lib, path, device="cpu"):
 def scores(lib, model, data, alpha, beam_size) -> dict:
     """test_2016 BLEU, greedy and beam search, with the notebook's code."""
     out = {}
-    for name, search in (("greedy", lib.greedy_decode), ("beam", lib.beam(beam_size, alpha))):
+    for name, search in (
+        ("greedy", lib.greedy_decode),
+        ("beam", lib.beam(beam_size, alpha)),
+    ):
         r = lib.bleu(model, data, SPLIT, search)
         out[name] = {"bleu": round(r["bleu"], 2), "ratio": round(r["ratio"], 3)}
     return out
 
 
-def export_run(lib, ckpt_dir, n_avg, alpha, out, preset, *, quant="int8",
-               beam_size=4, bleu=True, n_eval=None, root=None,
-               log=print) -> Path:  # fmt: skip
+def export_run(
+    lib,
+    ckpt_dir,
+    n_avg,
+    alpha,
+    out,
+    preset,
+    *,
+    quant="int8",
+    beam_size=4,
+    bleu=True,
+    n_eval=None,
+    root=None,
+    log=print,
+) -> Path:
     """Export one run (see the module docstring); returns the model file's path.
     `n_eval`: score the first n test sentences only (default: the run's n_eval)."""
     ckpt_dir, out = Path(ckpt_dir), Path(out)
     last = lib.checkpoints.load_checkpoint(ckpt_dir / "last.pt")
     history, cfg = last["history"], lib.RunConfig.from_dict(last["config"])
     if cfg.vocab != "bpe" or cfg.model.tie != "all":
-        raise UsageError(f"{ckpt_dir}: the page needs a shared BPE vocabulary and "
-                         "tie='all' (the full recipe)")  # fmt: skip
+        raise UsageError(
+            f"{ckpt_dir}: the page needs a shared BPE vocabulary and "
+            "tie='all' (the full recipe)"
+        )
     if out.resolve() == DOCS.resolve() and preset != "cpu":
-        raise UsageError(f"preset {preset}: only the cpu preset's run exports into "
-                         f"{DOCS}; pass another --out")  # fmt: skip
+        raise UsageError(
+            f"preset {preset}: only the cpu preset's run exports into "
+            f"{DOCS}; pass another --out"
+        )
     model = lib.averaged_model(ckpt_dir, history, "cpu", n_avg)
     vocab = lib.vocab_from_state(last["vocab_src"])
     direction = f"{cfg.src_lang}-{lib.other_lang(cfg.src_lang)}"
@@ -111,7 +130,8 @@ def export_run(lib, ckpt_dir, n_avg, alpha, out, preset, *, quant="int8",
     exported.load_state_dict(export.unpack_state(entries, aliases, bytes(blob)))
     exported.eval()
     manifest = {
-        "what": "the full recipe's model (shared BPE, tie='all'), averaged snapshots",
+        "what": "Part 4's full recipe (shared BPE, tie='all'), "
+        + (f"the average of {n_avg} snapshots" if n_avg > 1 else "the best snapshot"),
         "preset": preset,
         "machine": cpu_name(),
         "torch": torch.__version__.split("+")[0],
@@ -135,8 +155,15 @@ def export_run(lib, ckpt_dir, n_avg, alpha, out, preset, *, quant="int8",
         log(f"scored both on {SPLIT} in {time.perf_counter() - start:.0f} s")
     spacy = export.spacy_rules(cfg.src_lang)
     path = out / "translate" / f"{direction}.js"
-    text = export.model_js(direction, manifest, model.state_dict(), vocab.model_proto,
-                           spacy, detokenize_rules(lib), quant)  # fmt: skip
+    text = export.model_js(
+        direction,
+        manifest,
+        model.state_dict(),
+        vocab.model_proto,
+        spacy,
+        detokenize_rules(lib),
+        quant,
+    )
     if out.resolve() == DOCS.resolve():
         others = sum(p.stat().st_size for p in model_files(out) if p != path)
         if others + len(text) > BUDGET:
@@ -145,15 +172,19 @@ def export_run(lib, ckpt_dir, n_avg, alpha, out, preset, *, quant="int8",
                 f"({others:,}) would exceed the {BUDGET:,} bytes of docs/"
             )
     changed = export.write_if_changed(path, text)
-    log(f"{path}: {len(text):,} bytes ({'written' if changed else 'unchanged'}); "
-        f"{direction}, steps {manifest['averaged_steps']}, {quant}")  # fmt: skip
+    log(
+        f"{path}: {len(text):,} bytes ({'written' if changed else 'unchanged'}); "
+        f"{direction}, steps {manifest['averaged_steps']}, {quant}"
+    )
     if bleu:
         b = manifest["bleu"]
         for name in ("greedy", "beam"):
             p, e = b["pytorch"][name]["bleu"], b["exported"][name]["bleu"]
             label = "greedy" if name == "greedy" else f"beam {beam_size}, alpha {alpha}"
-            log(f"{SPLIT} BLEU, {label}: PyTorch {p:.2f}, exported {e:.2f} "
-                f"({e - p:+.2f})")  # fmt: skip
+            log(
+                f"{SPLIT} BLEU, {label}: PyTorch {p:.2f}, exported {e:.2f} "
+                f"({e - p:+.2f})"
+            )
     write_page(out)
     return path
 
@@ -172,8 +203,14 @@ def page_html(out) -> str:
     models = []
     for path in model_files(out):
         ex = _manifest_only(path)
-        models.append({"direction": path.stem, "src": f"translate/{path.name}",
-                       "bytes": path.stat().st_size, **ex})  # fmt: skip
+        models.append(
+            {
+                "direction": path.stem,
+                "src": f"translate/{path.name}",
+                "bytes": path.stat().st_size,
+                **ex,
+            }
+        )
     atkit = ROOT / "atkit"
     parts = {
         "TRANSLATOR_JS": (atkit / "translator.js").read_text(encoding="utf-8"),
@@ -202,13 +239,17 @@ def describe(models) -> str:
     lines = []
     for m in models:
         man = m["manifest"]
-        line = (f"{m['direction']}: preset {man['preset']} on {man['machine']}, "
-                f"{man['n_avg']} snapshot(s) averaged (steps "
-                f"{', '.join(map(str, man['averaged_steps']))})")  # fmt: skip
+        line = (
+            f"{m['direction']}: preset {man['preset']} on {man['machine']}, "
+            f"{man['n_avg']} snapshot(s) averaged (steps "
+            f"{', '.join(map(str, man['averaged_steps']))})"
+        )
         if "bleu" in man:
             e = man["bleu"]["exported"]
-            line += (f"; test_2016 BLEU {e['greedy']['bleu']:.2f} greedy, "
-                     f"{e['beam']['bleu']:.2f} beam {man['beam_size']}")  # fmt: skip
+            line += (
+                f"; test_2016 BLEU {e['greedy']['bleu']:.2f} greedy, "
+                f"{e['beam']['bleu']:.2f} beam {man['beam_size']}"
+            )
         lines.append(line)
     return "\n".join(lines) or "no model exported yet"
 
@@ -227,7 +268,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ckpt-dir", type=Path, help="a run folder of the notebook")
     ap.add_argument("--n-avg", type=int, default=1, help="snapshots averaged (1)")
     ap.add_argument("--alpha", type=float, default=0.6, help="the beam's alpha")
-    ap.add_argument("--preset", default="cpu", help="the preset that trained it")
+    ap.add_argument(
+        "--preset", default="cpu", choices=("ci", "cpu", "gpu"), help="its preset"
+    )
     ap.add_argument("--out", type=Path, default=DOCS, help="folder of the page")
     ap.add_argument("--quant", choices=export.QUANTS, default="int8")
     ap.add_argument("--no-bleu", action="store_true", help="skip the test scores")
@@ -241,10 +284,20 @@ def main(argv=None) -> int:
     if args.n_avg < 1 or not math.isfinite(args.alpha) or args.alpha < 0:
         ap.error("--n-avg must be >= 1 and --alpha a number >= 0")
     import nbexport
+    from atkit import runtime
 
     lib = nbexport.load()
-    export_run(lib, args.ckpt_dir, args.n_avg, args.alpha, args.out, args.preset,
-               quant=args.quant, bleu=not args.no_bleu)  # fmt: skip
+    torch.set_num_threads(runtime.torch_threads(args.preset))
+    export_run(
+        lib,
+        args.ckpt_dir,
+        args.n_avg,
+        args.alpha,
+        args.out,
+        args.preset,
+        quant=args.quant,
+        bleu=not args.no_bleu,
+    )
     return 0
 
 
