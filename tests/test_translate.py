@@ -449,6 +449,23 @@ def test_page_loads_nothing_but_its_files(opened, exported, browser, server):
         over_http.close()
 
 
+def test_page_fits_a_phone(browser, exported):
+    """At 390 px the page, its translation and the attention view fit the width."""
+    page_path = exported.parent.parent / "translate.html"
+    o = Opened(browser, page_path.as_uri(), page_path.parent.as_uri(), width=390)
+    try:
+        r = o.submit("Eine Frau mit einem roten Hut liest ein Buch auf einer Bank.")
+        assert r["state"] == "done"
+        o.page.wait_for_function("document.body.dataset.view === 'ready'")
+        wide = o.evaluate(
+            "() => [document.documentElement.scrollWidth, "
+            "document.documentElement.clientWidth]"
+        )
+        assert wide[0] <= wide[1], f"the page is {wide[0]} px wide at {wide[1]} px"
+    finally:
+        o.close()
+
+
 def test_time_per_sentence(opened, reference, capsys):
     text = twenty_words(reference["texts"][:N_GREEDY] + [" ".join(["Hund"] * 20)])
     t = opened.evaluate(IN_PAGE_TIME, [text, 3])
