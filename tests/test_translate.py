@@ -388,6 +388,26 @@ def test_page_translates_as_the_notebook(opened, reference, capsys):
         assert n >= N_BEAM - 1, f"beam, alpha {alpha}: {n} of {N_BEAM} equal PyTorch's"
 
 
+def test_page_attention_is_the_notebooks(lib, opened, reference):
+    """The weights the page's view shows are attention_maps' of the same pass."""
+    text = reference["texts"][3]
+    got = opened.evaluate(
+        """async (text) => {
+          const tr = await atkitPage.translator("de-en");
+          const r = tr.translateSync(text), a = tr.attention(r);
+          const list = (kind) => a.maps[kind].map((layer) => Array.from(layer));
+          return {src: r.src, out: r.out, encoder: list("encoder"),
+                  decoder: list("decoder"), cross: list("cross")};
+        }""",
+        text,
+    )
+    maps = lib.attention_maps(reference["model"], got["src"], [lib.BOS, *got["out"]])
+    for kind in ("encoder", "decoder", "cross"):
+        page = torch.tensor(got[kind]).reshape(maps[kind].shape)
+        diff = (page - maps[kind]).abs().max().item()
+        assert diff < 1e-4, f"{kind}: the page's weights differ by {diff:.2e}"
+
+
 def test_javascript_fallback_agrees_with_webassembly(opened, reference):
     texts = reference["texts"][:10]
     got = opened.evaluate(
