@@ -121,7 +121,10 @@ def export_run(
             f"preset {preset}: only the cpu preset's run exports into "
             f"{DOCS}; pass another --out"
         )
-    model = lib.averaged_model(ckpt_dir, history, "cpu", n_avg)
+    try:
+        model = lib.averaged_model(ckpt_dir, history, "cpu", n_avg)
+    except ValueError as err:  # n_avg larger than the snapshots kept, say
+        raise UsageError(f"{ckpt_dir}: {err}") from None
     vocab = lib.vocab_from_state(last["vocab_src"])
     direction = f"{cfg.src_lang}-{lib.other_lang(cfg.src_lang)}"
     at = history["steps"].index(history["best_step"])
