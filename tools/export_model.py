@@ -15,7 +15,7 @@ command in `make run`; the `cpu` preset's run alone writes into the repository's
 docs/, whose model files must stay under 12 MB together. A model file whose content
 is unchanged is not rewritten.
 
-    python -m tools.export_model --page-only --out docs   # the page alone
+    python -m tools.export_model --page-only --out docs   # the page alone (make page)
 """
 
 from __future__ import annotations
@@ -257,7 +257,10 @@ def describe(models) -> str:
     return "\n".join(lines) or "no model exported yet"
 
 
-def write_page(out) -> Path:
+def write_page(out) -> Path | None:
+    """Render `<out>/translate.html` for the model files beside it (none: no page)."""
+    if not model_files(out):
+        return None
     path = Path(out) / "translate.html"
     export.write_if_changed(path, page_html(out))
     return path
@@ -280,7 +283,8 @@ def main(argv=None) -> int:
     ap.add_argument("--page-only", action="store_true", help="render the page alone")
     args = ap.parse_args(argv)
     if args.page_only:
-        print(write_page(args.out))
+        page = write_page(args.out)
+        print(page or f"no model file in {args.out / 'translate'}: no page written")
         return 0
     if args.ckpt_dir is None:
         ap.error("--ckpt-dir is needed (or --page-only)")
