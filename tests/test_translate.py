@@ -319,6 +319,7 @@ def test_export_is_deterministic_and_refuses_docs_for_other_presets(
     assert again.read_bytes() == exported.read_bytes(), "same model, same bytes"
     page = (tmp_path / "translate.html").read_bytes()
     assert page == (exported.parent.parent / "translate.html").read_bytes()
+    assert export_model.write_page(tmp_path / "empty") is None, "no model, no page"
     before = {p: p.stat().st_mtime_ns for p in DOCS.rglob("*") if p.is_file()}
     with pytest.raises(export_model.UsageError, match="only the cpu preset"):
         export_model.export_run(lib, run_dir, 2, 1.0, DOCS, "ci", log=quiet)
