@@ -28,7 +28,8 @@ help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
 	@echo "             (and the exercises, $(EX).ipynb, into docs/$(EX).html)"
 	@echo "make exercises - execute $(EX).ipynb (stubs unfilled) and render docs/$(EX).html (seconds)"
-	@echo "make page   - render docs/index.html and docs/$(EX).html from the notebooks (nbconvert + KaTeX, --strict)"
+	@echo "make page   - render docs/index.html and docs/$(EX).html from the notebooks (nbconvert + KaTeX, --strict),"
+	@echo "             and docs/translate.html for the model in docs/translate/ (python -m tools.export_model --page-only)"
 	@echo "make test   - pytest + nbval (ci preset) + sync check + ruff"
 	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
@@ -64,6 +65,7 @@ execute: sync export
 page: setup
 	$(PY) -m tools.render_page --strict --notebook $(NB).ipynb --out docs/index.html
 	$(PY) -m tools.render_page --strict --notebook $(EX).ipynb --out docs/$(EX).html
+	$(PY) -m tools.export_model --page-only --out docs
 
 # The exercises alone (their stubs unfilled: every check says "not done yet").
 exercises: sync export

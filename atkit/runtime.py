@@ -29,6 +29,8 @@ PRESET_NAMES = ("ci", "cpu", "gpu")
 PRESET_ENV = "AT_PRESET"
 CHECKPOINTS_ENV = "AT_CHECKPOINTS"
 PROGRESS_ENV = "AT_PROGRESS"
+PRETRAINED_ENV = "AT_PRETRAINED"
+NEEDS_TRAINING = "# needs training"  # the first line of a cell that trains
 
 
 def choose_preset(env=None) -> str:
@@ -82,6 +84,48 @@ def checkpoint_root(preset: str, env=None) -> Path:
     if value:
         check_writable(root, CHECKPOINTS_ENV)
     return root / preset
+
+
+def pretrained(env=None) -> bool:
+    """Whether the reader asked for the committed model instead of training
+    ($AT_PRETRAINED=1; 0 or unset: train)."""
+    env = os.environ if env is None else env
+    value = env.get(PRETRAINED_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(
+            f"{PRETRAINED_ENV}={value!r}: use 1 (load the committed model, train "
+            "nothing) or 0 (train)"
+        )
+    return value == "1"
+
+
+def _skip_training(lines: list[str]) -> list[str]:
+    """IPython input transformer: a cell that trains becomes one printed line."""
+    if lines and lines[0].startswith(NEEDS_TRAINING):
+        return [
+            "print('skipped: PRETRAINED is on (AT_PRETRAINED=1), and this cell trains "
+            "a model or uses one that Parts 3 and 4 train')\n"
+        ]
+    return lines
+
+
+def use_pretrained(flag: bool | None = None) -> bool:
+    """The notebook's switch for readers who cannot train: with `flag` (default:
+    $AT_PRETRAINED) on, every cell whose first line is `# needs training` prints
+    one line instead of running, in this IPython kernel, and Part 6 loads the
+    committed model; off, the cells run. Returns the flag."""
+    flag = pretrained() if flag is None else bool(flag)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return flag
+    shell = get_ipython()
+    if shell is not None:
+        hooks = shell.input_transformers_cleanup
+        hooks[:] = [h for h in hooks if h is not _skip_training]
+        if flag:
+            hooks.append(_skip_training)
+    return flag
 
 
 # ------------------------------------------------------------------ precision

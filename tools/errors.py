@@ -35,6 +35,7 @@ REFUSALS = {
     "DataUnavailableError",
     "DiskFullError",
     "UsageError",
+    "ExportError",
 }
 
 
