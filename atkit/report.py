@@ -376,3 +376,14 @@ def bench(figures: dict) -> str:
         f"tokens per second as the didactic one, on the same model and batches "
         f"({fast:,.0f} against {did:,.0f})."
     )
+
+
+def committed_model(manifest: dict) -> str:
+    """What the committed model is, from its manifest, in one sentence."""
+    b = manifest["bleu"]["exported"]
+    return (
+        f"the committed model: {manifest['what']}, preset {manifest['preset']} on "
+        f"{manifest['machine']}, steps {manifest['averaged_steps']}; test_2016 BLEU "
+        f"{b['greedy']['bleu']:.2f} greedy, {b['beam']['bleu']:.2f} with beam search. "
+        "A model you train is another model, with other attention."
+    )

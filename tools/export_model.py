@@ -176,8 +176,8 @@ def export_run(
             )
     changed = export.write_if_changed(path, text)
     log(
-        f"{path}: {len(text):,} bytes ({'written' if changed else 'unchanged'}); "
-        f"{direction}, steps {manifest['averaged_steps']}, {quant}"
+        f"{path.name} {'written' if changed else 'unchanged'}: {direction}, the "
+        f"snapshots of steps {manifest['averaged_steps']}, {quant}"
     )
     if bleu:
         b = manifest["bleu"]
