@@ -229,8 +229,8 @@ def cell_minutes(cell) -> float | None:
 
 def expectations_missed(nb) -> list[str]:
     """Cells whose printed 'expected: about N min' is further from what the run that
-    printed it took than a quarter of N or a minute, whichever is more (PRESETS[...].minutes
-    is out of date)."""
+    printed it took than a quarter of N or a minute, whichever is more (the preset's
+    `minutes` are out of date)."""
     texts = {}
     for i, _, text in output_texts(nb):
         texts[i] = texts.get(i, "") + text
@@ -248,7 +248,8 @@ def expectations_missed(nb) -> list[str]:
 
 def test_printed_cell_times_are_those_of_the_committed_run():
     """Each 'expected: about N min' a cell prints is the time that cell took in the
-    committed run, give or take a quarter: set PRESETS[...].minutes from the run you commit."""
+    committed run, give or take a quarter: set the preset's `minutes` from the run you
+    commit."""
     missed = expectations_missed(nbformat.read(IPYNB, as_version=4))
     assert not missed, (
         "update PRESETS[...].minutes from the committed run:\n" + "\n".join(missed)

@@ -534,7 +534,7 @@ def main(argv=None) -> int:
         say(line, indent=2)
     if args.json:
         files.write_text_atomic(args.json, json.dumps(figures, indent=2) + "\n")
-        print(f"figures -> {args.json}")
+        print(f"figures -> {args.json}", file=sys.stderr)
     return 0
 
 
