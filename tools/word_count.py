@@ -57,7 +57,8 @@ def count(path: Path) -> Counts:
                     deep_level = None
                 if match.group(2).startswith(DEEP):
                     deep_level = level
-            words = len(re.sub(r"<!--.*?-->", " ", text, flags=re.S).split())
+            prose = re.sub(r"<!--.*?-->", " ", text, flags=re.S).split()
+            words = sum(1 for w in prose if w.strip("#"))  # not a heading's hashes
             if deep_level is None:
                 counts.main_words += words
             else:
