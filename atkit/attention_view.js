@@ -76,7 +76,7 @@ function atkitAttentionView(target, spec, tries) {
     const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * f));
     return `rgb(${c.join(",")})`;
   };
-  const FONT = 12, MIN_PITCH = 13, MAX_PITCH = 24, PAD = 6;
+  const FONT = 12, MIN_PITCH = 14, MAX_PITCH = 24, PAD = 6;
   const MIN_LABEL = 0.005; // a weight below this gets no number in the readout
   const N = spec.layers, H = spec.heads;
   const start = spec.start || {};
@@ -266,7 +266,8 @@ function atkitAttentionView(target, spec, tries) {
     const rowW = rowWidth(qs.map(cut));
     const pitch = Math.max(MIN_PITCH, Math.min(MAX_PITCH,
       Math.floor((width - rowW - PAD) / ks.length)));
-    const colFont = Math.min(FONT, Math.floor((pitch - 1) / 1.15));
+    // A word's box is 1.17 of its size tall: neighbours at one pitch never touch.
+    const colFont = Math.min(FONT, Math.floor(pitch / 1.17));
     const colH = Math.ceil(Math.max(textWidth(ks.map(cut), colFont), 2 * FONT + 8)) + 10;
     const W = rowW + ks.length * pitch + PAD, Hh = colH + qs.length * pitch + PAD;
     svg.textContent = "";

@@ -239,7 +239,7 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
                 if not dive:
                     out.append(cell)
                     continue
-                title = heading[1]
+                title = dive.group(1).strip()
                 self.page.deep_dives.append(title)
                 head, rest, summarised = split_summary(cell.source)
                 if not summarised:
