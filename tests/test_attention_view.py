@@ -718,3 +718,112 @@ def test_the_committed_page_shows_the_models_attention(browser, capsys):
         _shot(root, "committed-encoder-average", shots, min_font=11)
     finally:
         _finish(page, log, shots, capsys)
+
+
+# --------------------------------------------------------------------------- heatmaps
+
+PAGE_COLUMN = {1280: 900, 390: 366}  # px of the page's column: a laptop, a phone
+FIGURE_DPI = 80  # the notebook's plt.rcParams["figure.dpi"] (Setup)
+
+
+def _heads_png(weights, rows, cols, heads):
+    """The figure as the notebook shows it: drawn, saved at 80 dpi, cropped tight."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from atkit.figures import draw_heads
+
+    with plt.rc_context({"figure.dpi": FIGURE_DPI}):
+        fig = draw_heads(weights, rows, cols, "cross attention, layer 2", heads)
+        fig.canvas.draw()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+    return fig, int.from_bytes(buf.getvalue()[16:20], "big")  # width from the header
+
+
+def _overlaps(labels) -> list[str]:
+    boxes = [(t.get_text(), t.get_window_extent()) for t in labels if t.get_text()]
+    return [
+        f"{a} on {b}"
+        for i, (a, p) in enumerate(boxes)
+        for b, q in boxes[i + 1 :]
+        if p.x0 < q.x1 - 0.5
+        and q.x0 < p.x1 - 0.5
+        and p.y0 < q.y1 - 0.5
+        and q.y0 < p.y1 - 0.5
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "heads", "phone_px"),
+    [(13, [2], 9.0), (16, [4], 9.0), (25, [1], None), (14, None, None)],
+    ids=["one-head-13", "one-head-16", "one-head-25", "all-4-heads-14"],
+)
+def test_static_heatmaps_are_readable(tokens, heads, phone_px):
+    """Part 6's heatmaps (atkit.figures.plot_heads): labels drawn at 10 pt, which the
+    page shows at 11 px in its 900 px column and, for one head of up to 16 tokens, at
+    9 px or more in a phone's 366 px; no two labels overlap; one colour bar, 0 to 1,
+    named; the cells are the weights given, heads counted from 1."""
+    import matplotlib.pyplot as plt
+
+    from atkit import figures
+
+    rng = np.random.default_rng(9)
+    w = softmax_maps(rng, (4, tokens, tokens + 1))
+    rows = ["<s>", *(f"word{i}" for i in range(tokens - 1))]
+    cols = ["<s>", *WORDS[: tokens - 1], "</s>"]
+    fig, width = _heads_png(w, rows, cols, heads)
+    try:
+        shown = [ax for ax in fig.axes if ax.get_title()]
+        assert [ax.get_title() for ax in shown] == [
+            f"head {k}" for k in (heads or [1, 2, 3, 4])
+        ]
+        assert fig._suptitle.get_text() == "cross attention, layer 2"
+        for ax, k in zip(shown, heads or [1, 2, 3, 4], strict=True):
+            drawn = np.asarray(ax.collections[0].get_array()).reshape(w[k - 1].shape)
+            np.testing.assert_allclose(drawn, w[k - 1])
+            ticks = [*ax.get_xticklabels(), *ax.get_yticklabels()]
+            assert [t.get_text() for t in ax.get_yticklabels()] == rows
+            assert [t.get_text() for t in ax.get_xticklabels()] == cols
+            assert {t.get_fontsize() for t in ticks} == {figures.LABEL_PT}
+            assert not _overlaps(ax.get_xticklabels()), _overlaps(ax.get_xticklabels())
+            assert not _overlaps(ax.get_yticklabels()), _overlaps(ax.get_yticklabels())
+        bars = [ax for ax in fig.axes if ax.get_ylabel() == figures.COLORBAR_LABEL]
+        assert len(bars) == 1, "one colour bar, named"
+        assert bars[0].get_ylim() == (0.0, 1.0)
+        px = figures.LABEL_PT * FIGURE_DPI / 72
+        on_page = {w_: px * min(1.0, col / width) for w_, col in PAGE_COLUMN.items()}
+        assert on_page[1280] >= 11.0, (width, on_page)
+        if phone_px:
+            assert on_page[390] >= phone_px, (width, on_page)
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match=r"expected \(h, 3, 4\)"):
+        figures.draw_heads(w, rows[:3], cols[:4], "t")
+    with pytest.raises(ValueError, match="heads count from 1"):
+        figures.draw_heads(w, rows, cols, "t", heads=[0])
+
+
+def test_plot_heads_shows_the_figure(monkeypatch):
+    """plot_heads draws and calls plt.show(), as the notebook's cell did (tests of the
+    notebook capture the figure there: tests/test_heads.py)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from atkit.figures import plot_heads
+
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda: shown.append(plt.gcf()))
+    torch = pytest.importorskip("torch")
+    w = torch.softmax(torch.randn(2, 3, 4), -1)
+    assert (
+        plot_heads(w, list("abc"), list("wxyz"), "encoder attention, layer 1") is None
+    )
+    assert len(shown) == 1 and shown[0]._suptitle.get_text().startswith("encoder")
+    plt.close("all")
