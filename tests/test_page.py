@@ -707,6 +707,8 @@ BLOCKS_JS = r"""
           font: parseFloat(cs.fontSize), lines: lines.length,
           wrapped: lines.filter(
             l => l.getBoundingClientRect().height > 1.5 * line).length,
+          brokenCells: [...pre.querySelectorAll('.c')].filter(
+            c => c.getBoundingClientRect().height > 1.5 * line).length,
           height: pre.getBoundingClientRect().height};
 })
 """
@@ -715,8 +717,9 @@ BLOCKS_JS = r"""
 @pytest.mark.parametrize("width", WIDTHS)
 def test_outputs_are_whole_at_any_width(tmp_path, browser, capsys, width):
     """A 120-line log is shown whole (no height cap), a table keeps its columns on a
-    phone while it can (type down to 11 px, then its rows wrap), a long line wraps in
-    its box, and nothing of any output is clipped, scrolled or spilling."""
+    phone while it can (type down to 11 px, then its rows wrap between columns), a
+    long line wraps in its box, and nothing of any output is clipped, scrolled or
+    spilling."""
     out = tmp_path / "layout.html"
     _render(layout_notebook(tmp_path), out)
     found = clipped_outputs(browser, out, width)
@@ -740,6 +743,7 @@ def test_outputs_are_whole_at_any_width(tmp_path, browser, capsys, width):
         assert [b["wrapped"] for b in blocks] == [0, 0, 0, 1], blocks
     else:
         assert wide["font"] == 11 and wide["wrapped"] == 9, wide  # no smaller
+        assert wide["brokenCells"] == 0, wide  # its rows wrap between columns
 
 
 def test_clipping_is_caught(tmp_path, browser):

@@ -380,9 +380,25 @@ def output_lines(text: str) -> str:
     plain = [_SGR_RE.sub("", line) for line in lines]
     cols = max((_columns(line) for line in plain), default=0)
     table = sum(bool(_COLUMN_GAP_RE.search(line.strip())) for line in plain) >= 2
-    body = "".join(f'<span class="ln">{ansi2html(line)}</span>\n' for line in lines)
+    if table and plain == lines:  # a row that wraps breaks between its columns
+        rows = [_cells(line) for line in lines]
+    else:
+        rows = [ansi2html(line) for line in lines]
+    body = "".join(f'<span class="ln">{row}</span>\n' for row in rows)
     cls = ' class="table"' if table else ""
     return f'<pre{cls} style="--cols: {max(cols, 1)}">{body}</pre>'
+
+
+def _cells(line: str) -> str:
+    """A line of a table with each cell (text between gaps of two spaces or more) in a
+    span that the style sheet keeps whole when the line wraps."""
+    parts = re.split(r"( {2,})", line)
+    return "".join(
+        part
+        if not part.strip()
+        else f'<span class="c">{html.escape(part, quote=False)}</span>'
+        for part in parts
+    )
 
 
 def _columns(line: str) -> int:
