@@ -640,11 +640,10 @@ LONG_LOG = "".join(
 )
 WIDE_TABLE = "\n".join(
     [
-        "  row                             dir  steps     rate   BLEU  ratio  vs  "
-        "delta  seeds",
+        "k  dir    what changed                              BLEU   ratio  vs   gain",
         *(
-            f"{k} {'+ a change of recipe ' + str(k):<30} de-en    400  2.2e-03  "
-            f"3{k}.82  1.028   {k - 1}  +0.{k}4*      5"
+            f"{k}  de-en  {'a shared vocabulary and tied weights, run ' + str(k):<40}"
+            f"  3{k}.82  1.028   {k - 1}  +0.{k}4"
             for k in range(1, 9)
         ),
     ]
@@ -957,7 +956,12 @@ def test_deep_dives_fold(tmp_path, browser, capsys):
         assert page.locator("details.deep-dive h2").count() == 0
         toc = page.locator("nav.toc a.toc-deep-dive")
         assert toc.count() == 2
-        # The contents' link opens the dive.
+        # The contents' link opens the dive; closed again, the same link (the address
+        # does not change) opens it again.
+        toc.nth(1).click()
+        assert [d["open"] for d in page.evaluate(DIVES_JS)] == [False, True]
+        page.locator("details.deep-dive > summary").nth(1).click()
+        assert [d["open"] for d in page.evaluate(DIVES_JS)] == [False, False]
         toc.nth(1).click()
         assert [d["open"] for d in page.evaluate(DIVES_JS)] == [False, True]
         # The keyboard: Tab reaches the summary, Enter opens, Space closes.
