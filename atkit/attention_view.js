@@ -165,7 +165,7 @@ function atkitAttentionView(target, spec, tries) {
     g.appendChild(el("span", { class: "atv-name", "aria-hidden": "true" }, label));
     return g;
   }
-  function buttons(g, items, pressed, onClick) {
+  function buttons(g, items, pressed) {
     g.querySelectorAll("button").forEach((b) => b.remove());
     for (const [value, text, attrs] of items) {
       const b = el("button", Object.assign({ type: "button" }, attrs), text);

@@ -18,7 +18,8 @@ Outputs: every text output is shown whole (no height cap, no scroll box). Each l
 its own block, so a line longer than the box wraps with a hanging indent instead of
 running off the side (at 1280 px the notebook's lines fit without wrapping: the tests
 check it); a block of aligned columns (a table) first shrinks its type, down to 11 px,
-to keep its columns in line on a phone, and only wraps past that.
+to keep its columns in line on a phone, and past that its rows wrap between columns,
+never inside one.
 
 Table of contents: every ``##`` heading, each with its ``###`` headings in a fold
 that opens for the part being read (a small script of the page, tools/page/page.js).
@@ -53,6 +54,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -385,8 +387,8 @@ def output_lines(text: str) -> str:
     else:
         rows = [ansi2html(line) for line in lines]
     body = "".join(f'<span class="ln">{row}</span>\n' for row in rows)
-    cls = ' class="table"' if table else ""
-    return f'<pre{cls} style="--cols: {max(cols, 1)}">{body}</pre>'
+    cls = "lines table" if table else "lines"
+    return f'<pre class="{cls}" style="--cols: {max(cols, 1)}">{body}</pre>'
 
 
 def _cells(line: str) -> str:
@@ -403,8 +405,6 @@ def _cells(line: str) -> str:
 
 def _columns(line: str) -> int:
     """Columns a line takes in a monospaced font (wide East Asian characters: 2)."""
-    import unicodedata
-
     line = line.expandtabs(8)
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
 
