@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import unicodedata
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +155,7 @@ class Page:
     stray_math: list[str] = field(default_factory=list)  # TeX the markdown left as text
     deep_dives: list[str] = field(default_factory=list)  # their titles, in order
     deep_dive_problems: list[str] = field(default_factory=list)  # fail --strict
+    broken_links: list[str] = field(default_factory=list)  # fail --strict
     notes: list[str] = field(default_factory=list)  # warnings that do not fail --strict
     script: str = ""  # the page's own script (tools/page/page.js)
 
@@ -651,6 +653,7 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
     body = _NOTEBOOK_LINK_RE.sub(
         lambda m: f'href="{PAGES[m.group(1)]}{m.group(2) or ""}"', body
     )  # a link to a notebook leads to its page
+    body = _in_page_links(body, page)
     remote = _REMOTE_TAG_RE.search(body) or _REMOTE_CSS_RE.search(body)
     if remote:
         raise PageError(
@@ -665,6 +668,25 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
             f"relative to the notebook's folder, {notebook.resolve().parent})"
         )
     return body, page
+
+
+def _in_page_links(body: str, page: Page) -> str:
+    """Links to a heading of the notebook, written as Jupyter and Colab name it (the
+    heading's text with its spaces as dashes: `#What-a-BLEU-score-counts`), lead to
+    that heading on the page; a link to no heading is noted (fails --strict)."""
+    slugs = {h.anchor for h in page.headings}
+    jupyter = {h.text.replace(" ", "-"): h.anchor for h in page.headings}
+
+    def fix(m):
+        target = html.unescape(urllib.parse.unquote(m.group(1)))
+        if target in slugs:
+            return m.group(0)
+        if target in jupyter:
+            return f'href="#{jupyter[target]}"'
+        page.broken_links.append(target)
+        return m.group(0)
+
+    return re.sub(r'href="#([^"]*)"', fix, body)
 
 
 def check_out(out: Path, write: bool = True) -> None:
@@ -714,6 +736,7 @@ def render_file(notebook: Path, out: Path, strict: bool = False) -> Page:
         *(f"error output: {e}" for e in page.errors),
         *(f"untypeset math: {s}" for s in page.stray_math),
         *page.deep_dive_problems,
+        *(f"a link to no heading: #{t}" for t in page.broken_links),
     ]
     for problem in [*problems, *page.notes]:
         print(f"warning: {problem}", file=sys.stderr)
@@ -722,7 +745,8 @@ def render_file(notebook: Path, out: Path, strict: bool = False) -> Page:
             f"--strict: {bad_math} formula(s) KaTeX rejects, {len(page.errors)} error "
             f"output(s), {len(page.stray_math)} piece(s) of TeX left untypeset in "
             f"the prose, {len(page.deep_dive_problems)} deep dive(s) without their "
-            "summary line; see the warnings above"
+            f"summary line, {len(page.broken_links)} link(s) to no heading; see the "
+            "warnings above"
         )
     write_text_atomic(out, body)
     return page
