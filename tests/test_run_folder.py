@@ -15,6 +15,7 @@ import gc
 import json
 import math
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -323,7 +324,7 @@ def test_checkpoints_are_written_whole_and_readable_like_other_files(lib, tmp_pa
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
-    with pytest.raises(Exception, match="pickle|lambda"):
+    with pytest.raises((AttributeError, pickle.PicklingError)):
         lib.checkpoints.save_checkpoint({"a": lambda: 0}, path)  # cannot be pickled
     assert torch.equal(lib.checkpoints.load_checkpoint(path)["a"], torch.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]

@@ -12,6 +12,7 @@ disk) is tests/test_run_folder.py's; Multi30k's folder, tests/test_download.py's
 
 import errno
 import json
+import math
 import os
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from conftest import (
     run_program,
 )
 from tools import errors, seed_spread
+from tools import train as cli
 
 # ---------------------------------------------------------------- settings
 
@@ -200,10 +202,8 @@ def test_odd_but_usable_paths_work(lib, tmp_path, monkeypatch, capsys):
     argv = ["--task", "copy", "--preset", "ci"]
     for setting in ("n_train=100", "steps=2", "eval_every=2", "N=1", "d_model=16"):
         argv += ["--set", setting]
-    assert (
-        run_program([*argv, "--ckpt-dir", "~/Läufe 1", "--out", str(link)], capsys)[0]
-        == 0
-    )
+    tilde = ["--ckpt-dir", "~/Läufe 1", "--out", str(link)]
+    assert run_program([*argv, *tilde], capsys)[0] == 0
     assert (home / "Läufe 1" / "last.pt").is_file()
     assert link.is_symlink() and json.loads(target.read_text())["steps"] == 2
     inside = home / "Läufe 1" / "results.json"
@@ -232,6 +232,8 @@ def test_the_default_checkpoint_folder_honours_at_checkpoints(
 
 
 def test_at_checkpoints_and_at_preset_are_checked(tmp_path, monkeypatch, capsys):
+    """A bad $AT_CHECKPOINTS is refused where it is used (no --ckpt-dir), naming the
+    variable; a bad $AT_PRESET likewise."""
     (tmp_path / "file").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "nowhere")
     for value, words in (
@@ -244,6 +246,8 @@ def test_at_checkpoints_and_at_preset_are_checked(tmp_path, monkeypatch, capsys)
         monkeypatch.setenv("AT_CHECKPOINTS", str(value))
         message = refused(["--preset", "ci", "--out", str(tmp_path / "r.json")], capsys)
         assert "AT_CHECKPOINTS" in message and words in message
+        given = ["--ckpt-dir", str(tmp_path / "run"), "--out", str(tmp_path / "r.json")]
+        cli.check_args(cli.make_parser().parse_args(given), "ci")  # not used: fine
     good = runtime.checkpoint_root("ci", {"AT_CHECKPOINTS": str(tmp_path / "new")})
     assert good == tmp_path / "new" / "ci" and not good.exists()
     monkeypatch.delenv("AT_CHECKPOINTS")
@@ -284,6 +288,7 @@ def _no_cuda(monkeypatch):
         (lambda t: ["--set", "model=None"], ["model settings by name"]),
         (lambda t: ["--set", "epochs=3"], ["unknown", "epochs"]),
         (lambda t: ["--set", "steps=3", "--set", "steps=4"], ["'steps'", "more than"]),
+        (lambda t: ["--set", "nonsense"], ["--set", "expected key=value"]),
         # flags and the environment
         (lambda t: ["--timeout-s", "0"], ["--timeout-s", "> 0"]),
         (lambda t: ["--timeout-s", "inf"], ["--timeout-s", "> 0"]),
@@ -332,6 +337,25 @@ def test_refused_before_any_data(lib, tmp_path, monkeypatch, capsys, make_args, 
     assert not (tmp_path / "run").exists(), "the checkpoint folder was made"
     if (tmp_path / "fifo").exists():
         assert not (tmp_path / "fifo").is_file(), "the FIFO was replaced"
+
+
+def test_set_values_are_python_literals_and_inf_nan_are_numbers():
+    """--set reads a Python literal, else a string; inf, -inf and nan are floats, so
+    that a setting refuses them as numbers out of range, not as text."""
+    for text, value in (
+        ("steps=5", 5),
+        ("P_drop=0.1", 0.1),
+        ("vocab='bpe'", "bpe"),
+        ("vocab=bpe", "bpe"),
+        ("model=None", None),
+        ("seed=10**30", "10**30"),  # not a literal: text, refused as a string
+        ("P_drop=", ""),
+    ):
+        assert cli.parse_setting(text) == (text.split("=")[0], value), text
+    for text in ("P_drop=inf", "P_drop=-inf", "P_drop=Infinity"):
+        key, value = cli.parse_setting(text)
+        assert isinstance(value, float) and math.isinf(value), text
+    assert math.isnan(cli.parse_setting("P_drop=nan")[1])
 
 
 @pytest.mark.parametrize(
