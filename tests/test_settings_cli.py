@@ -462,11 +462,11 @@ def _file(t: Path) -> Path:
         # cannot learn that many (or that few) pieces from this text
         (lambda t: ["--set", "max_sent_len=3"], ["max_sent_len=3", "no training"]),
         (
-            lambda t: ["--set", "vocab='bpe'", "--set", "bpe_size=5"],
+            lambda t: ["--set", "vocab=bpe", "--set", "bpe_size=5"],
             ["bpe_size=5", "choose another bpe_size"],
         ),
         (
-            lambda t: ["--set", "vocab='bpe'", "--set", "bpe_size=1000000"],
+            lambda t: ["--set", "vocab=bpe", "--set", "bpe_size=1000000"],
             ["bpe_size=1000000", "choose another bpe_size"],
         ),
     ],
