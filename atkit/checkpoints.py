@@ -115,6 +115,15 @@ def format_origin(state) -> str:
 
 def check_format(ckpt, where: str) -> dict:
     keys = {"format", "config", "vocab_src", "vocab_tgt", "model"}
+    if (
+        isinstance(ckpt, dict)
+        and "format" in ckpt
+        and ckpt["format"] != CHECKPOINT_FORMAT
+    ):
+        raise CheckpointError(
+            f"{where} is in format {ckpt['format']!r}, this notebook reads "
+            f"{CHECKPOINT_FORMAT!r}: {format_origin(ckpt)}"
+        )
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         found = sorted(ckpt)[:8] if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError(
@@ -252,6 +261,13 @@ def check_ckpt_dir(ckpt_dir) -> Path:
     if ckpt_dir is None or str(ckpt_dir) in ("", "."):
         raise ValueError("ckpt_dir is empty: give a folder for this run's checkpoints")
     ckpt_dir = Path(ckpt_dir)
+    try:
+        ckpt_dir.exists()
+    except OSError as err:  # a name too long for the file system, say
+        raise NotADirectoryError(
+            f"ckpt_dir {ckpt_dir} cannot be a folder ({err.strerror or err}); give "
+            "another path"
+        ) from err
     if ckpt_dir.exists() and not ckpt_dir.is_dir():
         raise NotADirectoryError(f"ckpt_dir {ckpt_dir} is a file; give a folder")
     if ckpt_dir.is_dir() and not os.access(ckpt_dir, os.R_OK):

@@ -130,6 +130,9 @@ class DiskFullError(OSError):
     """A write failed because the disk (or the user's quota) is full; the message
     names the file and says what was kept."""
 
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
 
 def disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -203,7 +206,8 @@ class FolderLock:
             f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
             f.flush()
         except OSError as err:
-            f.close()
+            with contextlib.suppress(OSError):  # closing flushes again, and fails
+                f.close()
             raise_if_disk_full(err, self.path, f"the lock of a {self.what}")
             raise
         self._file = f

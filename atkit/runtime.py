@@ -25,6 +25,8 @@ TORCH_WAS_LOADED = "torch" in sys.modules  # then the line above came too late
 
 import torch  # noqa: E402
 
+from atkit.settings import ConfigError  # noqa: E402
+
 PRESET_NAMES = ("ci", "cpu", "gpu")
 PRESET_ENV = "AT_PRESET"
 CHECKPOINTS_ENV = "AT_CHECKPOINTS"
@@ -38,7 +40,7 @@ def choose_preset(env=None) -> str:
     env = os.environ if env is None else env
     preset = env.get(PRESET_ENV) or ("gpu" if torch.cuda.is_available() else "cpu")
     if preset not in PRESET_NAMES:
-        raise ValueError(
+        raise ConfigError(
             f"{PRESET_ENV}={preset!r} is unknown; use one of {PRESET_NAMES}"
         )
     return preset
@@ -59,7 +61,7 @@ def torch_threads(preset: str, processes: int = 1) -> int:
     """Intra-op threads for one process of a run of `processes` processes: one for the
     tiny `ci` models, else the cores shared among the processes."""
     if preset not in PRESET_NAMES:
-        raise ValueError(f"preset={preset!r} is unknown; use one of {PRESET_NAMES}")
+        raise ConfigError(f"preset={preset!r} is unknown; use one of {PRESET_NAMES}")
     if preset == "ci":
         return 1
     return max(1, cores_available() // max(1, processes))

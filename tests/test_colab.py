@@ -6,8 +6,9 @@ tests/conftest.py, whose executed notebook tests/test_page.py renders too)."""
 
 def test_the_notebook_runs_alone_as_on_colab(colab_run):
     nb, colab = colab_run.nb, colab_run.folder
-    errors = [o for c in nb.cells for o in c.get("outputs", [])
-              if o.output_type == "error"]  # fmt: skip
+    errors = [
+        o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"
+    ]
     assert not errors, f"{errors[0].ename}: {errors[0].evalue}"
     setup = next(c for c in nb.cells if c.cell_type == "code")
     assert "git" in setup.source and "AT_REPO_URL" in setup.source

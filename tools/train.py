@@ -165,9 +165,15 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
     file is written and deleted in it, named as the results' temporary file will be
     (a read-only folder, or a name too long for the file system, fails here, not
     after the training)."""
-    if out.is_symlink() and out.exists():
-        out = Path(os.path.realpath(out))
-    if out.is_dir():
+    try:
+        if out.is_symlink() and out.exists():
+            out = Path(os.path.realpath(out))
+        is_dir = out.is_dir()
+    except OSError as err:  # a name too long for the file system, say
+        raise UsageError(
+            f"--out {out} cannot be a file ({err.strerror or err}); give another name"
+        ) from err
+    if is_dir:
         raise UsageError(f"--out {out} is a folder; give a file name")
     check_writable(out.parent, "--out")
     if out.exists() and not out.is_file():
@@ -194,8 +200,8 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
 def check_args(args, preset) -> None:
     """What only the command line knows, checked before anything is read, trained
     or removed: the results file, the device, torchrun's variables, the search."""
-    root = runtime.checkpoint_root(preset)
-    args.ckpt_dir = args.ckpt_dir or root / args.task
+    if args.ckpt_dir is None:  # $AT_CHECKPOINTS is checked where it is used
+        args.ckpt_dir = runtime.checkpoint_root(preset) / args.task
     args.out = check_out(
         args.out or Path("results") / f"{preset}-{args.task}.json", args.ckpt_dir
     )
@@ -229,7 +235,7 @@ def train_cli(argv=None) -> int:
     preset = args.preset or runtime.choose_preset()
     cfg = config_from_args(lib, preset, args.changes)
     check_args(args, preset)
-    search = search_from_args(lib, args) if args.task == "multi30k" else None
+    search = search_from_args(lib, args)  # checked for either task; copy: unused
     from atkit import launch
 
     world = None
