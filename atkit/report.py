@@ -41,7 +41,9 @@ def signed(x: float, digits: int = 2) -> str:
 
 def brevity(ratio: float) -> float:
     """BLEU's brevity penalty for an output/reference length ratio."""
-    return 1.0 if ratio >= 1 else math.exp(1 - 1 / ratio)
+    if ratio >= 1:
+        return 1.0
+    return math.exp(1 - 1 / ratio) if ratio > 0 else 0.0  # no output at all: 0
 
 
 def within_noise(gain: float, noise: float | None) -> bool:

@@ -173,8 +173,6 @@ def test_snapshots_average_around_the_best_step(lib, bpe_cfg, bpe_run):
     expected = lib.average_checkpoints(paths[best - n_avg + 1 : best + 1])
     for name, value in avg.state_dict().items():
         assert torch.equal(value, expected[name]), name
-    with pytest.raises(ValueError, match="only .* snapshots end at the best step"):
-        lib.averaged_model(ckpt_dir, history, "cpu", n_avg=best + 2)
 
 
 # --- checkpoint averaging -----------------------------------------------------------
@@ -320,5 +318,3 @@ def test_averaged_model_refuses_a_foreign_snapshot_in_the_folder(
     history = {**history, "best_step": 4}
     with pytest.raises(lib.checkpoints.CheckpointError, match="step000002.pt"):
         lib.averaged_model(folder, history, "cpu", 2)
-    with pytest.raises(lib.ConfigError, match="n_avg"):
-        lib.averaged_model(folder, history, "cpu", 0)

@@ -448,26 +448,6 @@ def test_bad_beam_settings(lib, beam_size, alpha, word):
         return
     with pytest.raises(lib.ConfigError, match=word):
         lib.make_search("beam", beam_size=beam_size, alpha=alpha)
-    model = random_model(lib, 0)
-    src = torch.randint(4, 13, (2, 5))
-    mask = (src != 0).unsqueeze(-2)
-    with pytest.raises(lib.ConfigError, match=word):
-        lib.beam_search(model, src, mask, 8, 1, 2, beam_size=beam_size, alpha=alpha)
-
-
-@pytest.mark.parametrize("max_len", [0, -1, 2.5, [3, 0]])
-def test_every_search_needs_positive_integer_limits(lib, search_name, max_len):
-    model = random_model(lib, 0)
-    src = torch.tensor([[lib.BOS, 5, 6, lib.EOS], [lib.BOS, 7, 8, lib.EOS]])
-    with pytest.raises(lib.ConfigError, match="max_len"):
-        lib.make_search(search_name)(
-            model,
-            src,
-            (src != lib.PAD).unsqueeze(-2),
-            torch.tensor(max_len),
-            lib.BOS,
-            lib.EOS,
-        )
 
 
 def test_decoding_entry_points_refuse_what_is_not_a_search(lib, data, words_model):

@@ -72,11 +72,11 @@ def test_vocab_from_training_pairs_only(lib, cfg, data):
     assert framed.count(lib.UNK) == len(unseen)
 
 
-def test_unknown_languages_and_vocabulary_kinds(lib):
-    with pytest.raises(lib.ConfigError, match="lang"):
-        lib.tokenize_all("fr", ["Bonjour"])
-    with pytest.raises(TypeError, match="list"):
-        lib.tokenize_all("de", "Ein Hund")
+def test_unknown_vocabulary_kinds(lib):
+    """The paper's pipeline checks nothing a setting has checked already (src_lang:
+    RunConfig); a checkpoint of an unknown vocabulary kind is refused."""
+    with pytest.raises(lib.ConfigError, match="src_lang"):
+        lib.run_config("ci", src_lang="fr")
     with pytest.raises(ValueError, match="kind"):
         lib.vocab_from_state({"kind": "chars"})
 

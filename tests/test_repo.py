@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 import nbexport
+from atkit.runtime import RUN_MIME
 from conftest import ROOT, clean_env
 from tools import readme_results
 
@@ -316,9 +317,13 @@ def test_the_cell_time_check_finds_a_stale_figure():
 
 def results_notebook(path, text: str, error: bool = False):
     nb = nbformat.v4.new_notebook()
-    setup = nbformat.v4.new_code_cell("print('preset=ci')")
-    setup.outputs = [
-        nbformat.v4.new_output("stream", name="stdout", text="preset=ci\n")
+    setup = nbformat.v4.new_code_cell("RUNTIME")
+    setup.outputs = [  # the Setup cell's line, and the same facts as data
+        nbformat.v4.new_output(
+            "execute_result",
+            data={"text/plain": "preset ci", RUN_MIME: {"preset": "ci"}},
+            execution_count=1,
+        )
     ]
     cell = nbformat.v4.new_code_cell("print(results)", metadata={"tags": ["results"]})
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_faults import read_only, small_disk  # noqa: F401 (fixtures)
 
 from atkit import runtime
 from conftest import ROOT
