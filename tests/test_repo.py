@@ -402,3 +402,13 @@ def test_a_full_disk_leaves_readme_as_it_was(small_disk, tmp_path):
     assert err.value.errno == 28  # ENOSPC: the write did not fit
     assert readme.read_bytes() == before
     assert [p.name for p in small_disk.iterdir()] == ["README.md"], "temp file left"
+
+
+def test_readme_results_refuses_a_missing_file_before_any_work(tmp_path, capsys):
+    """issue 47: a missing --readme is one error line, not a traceback."""
+    status = readme_results.main_guarded(
+        ["--readme", str(tmp_path / "nope.md"), "--notebook", str(IPYNB)]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("error:") == 1 and "no such file" in err
+    assert "Traceback" not in err

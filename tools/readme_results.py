@@ -17,6 +17,9 @@ from pathlib import Path
 
 import nbformat
 
+from atkit.files import check_writable
+from tools.errors import UsageError, run_main
+
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -104,6 +107,13 @@ def main(argv=None) -> int:
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
+    for flag, path in (("--readme", args.readme), ("--notebook", args.notebook)):
+        if not path.is_file():
+            raise UsageError(
+                f"{flag} {path}: no such file; give the path of an existing one"
+            )
+    if not args.check:
+        check_writable(args.readme.parent, "--readme")
     old = args.readme.read_text()
     new = replace_block(old, results_block(args.notebook))
     if args.check:
@@ -122,5 +132,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def main_guarded(argv=None) -> int:
+    """The program: main, with any error as one line (tools/errors.py)."""
+    return run_main(lambda: main(argv), "python -m tools.readme_results")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guarded())
