@@ -55,12 +55,6 @@ def write_text_atomic(path, text: str, *, fsync: bool = True) -> None:
         f.write(text)
 
 
-def write_bytes_atomic(path, data: bytes, *, fsync: bool = True) -> None:
-    """Write `data` to `path` atomically (see `atomic_open`)."""
-    with atomic_open(path, "wb", fsync=fsync) as f:
-        f.write(data)
-
-
 def check_writable(folder, what: str = "folder") -> Path:
     """`folder` itself if it can be written, else an error naming it, before any work
     is done. A folder that does not exist yet is judged by the nearest one above it

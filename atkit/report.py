@@ -165,10 +165,6 @@ def change(summary, no: int) -> str:
     )
 
 
-def _row(summary, key):
-    return next(r for r in summary["rows"] if r["key"] == key)
-
-
 def alpha_sentence(summary, direction: str) -> str:
     """What the length-penalty sweep on val showed, for one direction."""
     c = summary["choices"][direction]

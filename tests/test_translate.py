@@ -17,6 +17,7 @@ import functools
 import http.server
 import json
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -110,7 +111,7 @@ def exported(lib, run_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(lib, exported):
     """The notebook's PyTorch code on the exported weights: tokens, ids, outputs."""
-    model, cfg, vocab, manifest = export_model.load_exported(lib, exported)
+    model, cfg, vocab, manifest = lib.load_exported(exported)
     root = str(lib.corpus.data_root())
     de, _ = lib.corpus.read_split(SPLIT, root)
     texts = de[:N_GREEDY] + EDGE_TEXTS + fuzz_texts(300)
@@ -523,9 +524,21 @@ def test_committed_files_fit_and_the_page_is_current():
 
 
 @needs_committed
+def test_readme_states_the_committed_sizes():
+    """The README's table of the committed files gives each size in MB, as on disk."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    for path in [*COMMITTED, DOCS / "translate.html"]:
+        name = path.relative_to(DOCS.parent).as_posix()
+        m = re.search(rf"\| `{re.escape(name)}` \| ([\d.]+) MB", readme)
+        assert m, f"README.md: no size for {name} in the table of committed files"
+        size = path.stat().st_size / 1e6
+        assert float(m[1]) == round(size, 1), f"{name} is {size:.2f} MB, not {m[1]}"
+
+
+@needs_committed
 def test_committed_page_translates_as_the_notebook(lib, browser, capsys):
     path = DOCS / "translate" / "de-en.js"
-    model, cfg, vocab, manifest = export_model.load_exported(lib, path)
+    model, cfg, vocab, manifest = lib.load_exported(path)
     de, _ = lib.corpus.read_split(SPLIT, str(lib.corpus.data_root()))
     texts = de[:N_GREEDY]
     words = lib.tokenize_all("de", texts)

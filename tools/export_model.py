@@ -68,17 +68,6 @@ def test_data(lib, cfg, vocab, root=None, n=None):
     return lib.TranslationData(vocab, vocab, [], [], sources, {SPLIT: text}, src_lang)
 
 
-def load_exported(lib, path, device="cpu"):
-    """The notebook's `load_exported` (NOTEBOOK_CHANGES.md): the exported weights in
-    the notebook's model, with the run's config and vocabulary."""
-    ex = export.read_model(path)
-    cfg = lib.RunConfig.from_dict(ex.manifest["config"])
-    vocab = lib.SharedBPE(ex.spm_proto)
-    model = lib.build_model(cfg.model, len(vocab), len(vocab))
-    model.load_state_dict(ex.state_dict)
-    return model.to(device).eval(), cfg, vocab, ex.manifest
-
-
 def scores(lib, model, data, alpha, beam_size) -> dict:
     """test_2016 BLEU, greedy and beam search, with the notebook's code."""
     out = {}
