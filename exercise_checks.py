@@ -215,7 +215,9 @@ def _kind(value) -> str:
         return f"a {type(value).__name__} of {len(value)} items{of}"
     if isinstance(value, types.FunctionType | types.MethodType | nn.Module):
         return f"a {type(value).__name__} (did you return it instead of calling it?)"
-    return f"a {type(value).__qualname__} object"
+    if type(value) is object:
+        return "a bare object()"
+    return f"an object of type {type(value).__qualname__}"
 
 
 _MASK_HINT = {  # for multi-head attention's mask

@@ -658,14 +658,14 @@ def _generator():
 HOSTILE_VALUES = {  # value, words the verdict must contain
     "none": (None, r"None \(did you forget `return`\?\)"),
     "string": ("not a tensor", r"a str \('not a tensor'\)"),
-    "object": (Thing(), r"a Thing object"),
+    "object": (Thing(), r"an object of type Thing"),
     "generator": (_generator(), r"a generator"),
     "numpy": (np.zeros((2, 3)), r"NumPy array of shape \(2, 3\)"),
     "nested list": ([[1.0, 2.0], [3.0, 4.0]], r"list of 2 items"),
     "complex number": (1 + 2j, r"complex number \(?\(1\+2j\)"),
     "huge int": (10**5000, r"a number \(too long to show\)"),
     "bool": (True, r"a bool \(True\)"),
-    "dict": ({}, r"a dict object"),
+    "dict": ({}, r"an object of type dict"),
     "function": (sol.rate, r"did you return it instead of calling it"),
     "empty tensor": (torch.zeros(0), r"\(0,\)|dtype torch.float32; token ids"),
 }
