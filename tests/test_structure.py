@@ -33,6 +33,41 @@ def test_atkit_never_imports_the_notebook_or_a_tool():
                 ), f"{path.name} imports {name}"
 
 
+def test_every_program_ends_through_run_main():
+    """Each tools/ program's `__main__` block calls tools.errors.run_main, directly or
+    through one function of its own that does, so any exception that reaches its
+    top ends in one `error:` line (issue 47)."""
+    for path in sorted((ROOT / "tools").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        blocks = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)
+        ]
+        for block in blocks:
+            calls = {
+                getattr(c.func, "id", getattr(c.func, "attr", ""))
+                for c in ast.walk(block)
+                if isinstance(c, ast.Call)
+            }
+            through = calls & {"run_main"} or {
+                name
+                for name in calls & set(defs)
+                if "run_main(" in ast.unparse(defs[name])
+            }
+            assert through, f"{path.name}: its __main__ block does not call run_main"
+
+
+def test_compiling_is_announced(lib, monkeypatch):
+    """torch.compile is silent for minutes on a CPU: maybe_compile says so first."""
+    monkeypatch.setattr(lib.runtime, "compile_works", lambda device: (True, ""))
+    monkeypatch.setattr(lib.torch, "compile", lambda model, **kw: model)
+    said = []
+    lib.maybe_compile(object(), enabled=True, device="cpu", log=said.append)
+    assert said and "first steps take a minute or more" in said[0]
+
+
 def test_the_notebook_keeps_its_length_budget():
     counts = word_count.count(MD)
     assert counts.main_words <= word_count.MAIN_BUDGET, counts
