@@ -165,8 +165,8 @@ def export_run(
             )
     changed = export.write_if_changed(path, text)
     log(
-        f"{path.name} {'written' if changed else 'unchanged'}: {direction}, the "
-        f"snapshots of steps {manifest['averaged_steps']}, {quant}"
+        f"{path.name} {'written' if changed else 'unchanged'}: {direction}, "
+        f"{weights_of(manifest)}, {quant}"
     )
     if bleu:
         b = manifest["bleu"]
@@ -226,6 +226,16 @@ def _manifest_only(path: Path) -> dict:
     return {"manifest": manifest}
 
 
+def weights_of(manifest) -> str:
+    """Which snapshots the stored weights are, in words."""
+    steps = manifest["averaged_steps"]
+    if len(steps) == 1:
+        return f"the snapshot of step {steps[0]}"
+    return f"the average of the {len(steps)} snapshots of steps " + ", ".join(
+        map(str, steps)
+    )
+
+
 def describe(models) -> str:
     """One line per model: what the weights are."""
     lines = []
@@ -233,8 +243,7 @@ def describe(models) -> str:
         man = m["manifest"]
         line = (
             f"{m['direction']}: preset {man['preset']} on {man['machine']}, "
-            f"{man['n_avg']} snapshot(s) averaged (steps "
-            f"{', '.join(map(str, man['averaged_steps']))})"
+            f"{weights_of(man)}"
         )
         if "bleu" in man:
             e = man["bleu"]["exported"]
