@@ -272,9 +272,11 @@ def _parameter_name(fn, i: int) -> str:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         params = []
-    positional = (params[i].kind in (params[i].POSITIONAL_ONLY,
-                                     params[i].POSITIONAL_OR_KEYWORD)
-                  if i < len(params) else False)  # fmt: skip
+    positional = (
+        params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD)
+        if i < len(params)
+        else False
+    )
     return f"`{params[i].name}`" if positional else f"number {i + 1}"
 
 
@@ -574,9 +576,11 @@ def pre_norm(fn):
     got = _tensor(_call(fn, x, sub, block.norm, block.dropout), "the result", x.dtype)
     _shape(got, x.shape, "the result")
     _first_difference(
-        got, block(x, sub), "the result with the notebook's "
-        "own LayerNorm", ("batch", "position", "feature"),
-    )  # fmt: skip
+        got,
+        block(x, sub),
+        "the result with the notebook's own LayerNorm",
+        ("batch", "position", "feature"),
+    )
     return "It matches the notebook's SublayerConnection(norm='pre')."
 
 
@@ -585,9 +589,11 @@ def subsequent_mask(fn):
     for size in (4, 7, 1):
         got = _tensor(_call(fn, size, context=f" (size={size})"), "the mask")
         _shape(
-            got, (1, size, size), f"subsequent_mask({size})",
+            got,
+            (1, size, size),
+            f"subsequent_mask({size})",
             " (a leading 1 lets the mask broadcast over the batch)",
-        )  # fmt: skip
+        )
         if got.dtype != torch.bool:
             raise _Wrong(
                 f"the mask has dtype {got.dtype}, expected torch.bool (True means "
@@ -651,8 +657,11 @@ def attention(fn):
     dims = ("batch", "head", "query", "key")
     sums = p.double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
-        idx = tuple((~torch.isclose(sums, torch.ones_like(sums), atol=1e-4))
-                    .nonzero()[0].tolist())  # fmt: skip
+        idx = tuple(
+            (~torch.isclose(sums, torch.ones_like(sums), atol=1e-4))
+            .nonzero()[0]
+            .tolist()
+        )
         b, h, t = idx
         zeroed = bool((p.double().abs() * ~mask).max() == 0) and bool(
             (sums < 1 + 1e-6).all()
@@ -709,15 +718,20 @@ def attention(fn):
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     if not _close(out, ref):
         _first_difference(
-            out, ref, "the output (compared with F.scaled_dot_product_attention)",
-            ("batch", "head", "query", "feature"), hint=": it is weights @ value",
-        )  # fmt: skip
+            out,
+            ref,
+            "the output (compared with F.scaled_dot_product_attention)",
+            ("batch", "head", "query", "feature"),
+            hint=": it is weights @ value",
+        )
     out0, _ = _pair(_call(fn, q, k, v, context=" with mask=None"), "attention", q.dtype)
     _shape(out0, out.shape, "the output with mask=None")
     _first_difference(
-        out0, F.scaled_dot_product_attention(q, k, v), "the output with mask=None",
+        out0,
+        F.scaled_dot_product_attention(q, k, v),
+        "the output with mask=None",
         ("batch", "head", "query", "feature"),
-    )  # fmt: skip
+    )
     q16, k16, v16, _ = _attention_inputs(torch.float16)
     out16, p16 = _pair(
         _call(fn, q16, k16, v16, mask, context=" with float16 inputs"),
@@ -745,8 +759,12 @@ def heads(split_heads, merge_heads):
     B, L, h, d_k = 2, 3, 4, 2
     x = torch.arange(B * L * h * d_k, dtype=torch.float32).view(B, L, h * d_k)
     got = _tensor(_call(split_heads, x, h), "split_heads's result", x.dtype)
-    _shape(got, (B, h, L, d_k), f"split_heads of a {(B, L, h * d_k)} input with "
-           f"h={h}", " (batch, heads, positions, d_k)")  # fmt: skip
+    _shape(
+        got,
+        (B, h, L, d_k),
+        f"split_heads of a {(B, L, h * d_k)} input with h={h}",
+        " (batch, heads, positions, d_k)",
+    )
     want = _split_ref(x, h)
     if not torch.equal(got, want):
         idx = tuple((got != want).nonzero()[0].tolist())
@@ -767,8 +785,12 @@ def heads(split_heads, merge_heads):
         )
     back = _call(merge_heads, want.contiguous())
     back = _tensor(back, "merge_heads's result", x.dtype)
-    _shape(back, x.shape, f"merge_heads of a {tuple(want.shape)} input",
-           " (batch, positions, h * d_k)")  # fmt: skip
+    _shape(
+        back,
+        x.shape,
+        f"merge_heads of a {tuple(want.shape)} input",
+        " (batch, positions, h * d_k)",
+    )
     if not torch.equal(back, x):
         hint = (
             " (you reshaped without moving the heads back next to d_k: transpose "
@@ -776,8 +798,13 @@ def heads(split_heads, merge_heads):
             if torch.equal(back, want.reshape(B, L, h * d_k))
             else ""
         )
-        _first_difference(back, x, "merge_heads(split_heads(x))",
-                          ("batch", "position", "feature"), hint=hint)  # fmt: skip
+        _first_difference(
+            back,
+            x,
+            "merge_heads(split_heads(x))",
+            ("batch", "position", "feature"),
+            hint=hint,
+        )
     return "merge_heads undoes split_heads, and both match the notebook's layout."
 
 
@@ -833,9 +860,11 @@ def multi_head_attention(fn):
             ],
         )
         _first_difference(
-            got, want, "the result (compared with nn.MultiheadAttention)",
+            got,
+            want,
+            "the result (compared with nn.MultiheadAttention)",
             ("batch", "query", "feature"),
-        )  # fmt: skip
+        )
     return "It matches nn.MultiheadAttention with the same weights."
 
 
@@ -864,8 +893,9 @@ def positional_encoding(fn):
         torch.float32,
         "the dtype of the main notebook's table, and of the embeddings it is added to",
     )
-    _shape(got, (max_len, d), f"sinusoidal_table({max_len}, {d})",
-           " (positions, d_model)")  # fmt: skip
+    _shape(
+        got, (max_len, d), f"sinusoidal_table({max_len}, {d})", " (positions, d_model)"
+    )
     want = _lib().sinusoidal_table(max_len, d)
     if not _close(got, want):
         _diagnose(
@@ -968,8 +998,9 @@ def _off_by_one(got, step1, d_model, warmup, where) -> None:
 def rate(fn):
     lib = _lib()
     for d_model, warmup in ((512, 400), (64, 10)):
-        steps = sorted({1, 2, warmup // 2, warmup - 1, warmup, warmup + 1,
-                        4 * warmup, 10_000})  # fmt: skip
+        steps = sorted(
+            {1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 4 * warmup, 10_000}
+        )
         where = f" (d_model={d_model}, warmup={warmup})"
         got, failed = {}, None
         for s in steps:
@@ -1227,13 +1258,19 @@ def greedy_decode(fn):
 # --------------------------------------------------------------------------- Part 3
 
 _BLEU_CASES = [  # (outputs, references): shorter, longer and as long as the refs
-    (["the cat sat on the mat today", "a dog runs in a park"],
-     ["the cat sat on the mat", "a dog runs in the park"]),
-    (["the cat sat on mat", "a dog runs"],
-     ["the cat sat on the mat", "a dog runs in the park"]),
-    (["a man rides a red bike down the street", "two girls play"],
-     ["a man rides a red bike on the street", "two girls play"]),
-]  # fmt: skip
+    (
+        ["the cat sat on the mat today", "a dog runs in a park"],
+        ["the cat sat on the mat", "a dog runs in the park"],
+    ),
+    (
+        ["the cat sat on mat", "a dog runs"],
+        ["the cat sat on the mat", "a dog runs in the park"],
+    ),
+    (
+        ["a man rides a red bike down the street", "two girls play"],
+        ["a man rides a red bike on the street", "two girls play"],
+    ),
+]
 
 
 def _bleu_stats():
@@ -1265,8 +1302,9 @@ def bleu(brevity_penalty, bleu_score):
                 f"brevity_penalty({c}, {r}) should be {st.bp:.6g} (sacreBLEU's), "
                 f"got {got:.6g}"
             )
-        got = _number(_call(bleu_score, list(st.counts), list(st.totals), c, r),
-                      "bleu_score")  # fmt: skip
+        got = _number(
+            _call(bleu_score, list(st.counts), list(st.totals), c, r), "bleu_score"
+        )
         want = BLEU.compute_bleu(st.counts, st.totals, c, r).score
         if math.isclose(got, want, rel_tol=1e-6):
             continue
@@ -1357,8 +1395,9 @@ def beam_candidates(fn):
                 ),
             ],
         )
-        _first_difference(top, want, "top", ("sentence", "candidate"),
-                          hint=" (best first)")  # fmt: skip
+        _first_difference(
+            top, want, "top", ("sentence", "candidate"), hint=" (best first)"
+        )
     if beam.min() < 0 or beam.max() >= k or token.min() < 0 or token.max() >= V:
         raise _Wrong(
             f"beam must lie in 0..{k - 1} and token in 0..{V - 1}: of a flat index "

@@ -194,16 +194,19 @@ def merge_view(x):
 
 
 def mha_no_wo(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
-    return sol.multi_head_attention(query, key, value, w_q, w_k, w_v,
-                                    torch.nn.Identity(), h, mask)  # fmt: skip
+    return sol.multi_head_attention(
+        query, key, value, w_q, w_k, w_v, torch.nn.Identity(), h, mask
+    )
 
 
 def mha_scaled_by_d_model(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
-    q, k, v = (sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key),
-                                                     (w_v, value)))  # fmt: skip
+    q, k, v = (
+        sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key), (w_v, value))
+    )
     scale = query.size(-1) ** -0.5
-    x = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1),
-                                       scale=scale)  # fmt: skip
+    x = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask.unsqueeze(1), scale=scale
+    )
     return w_o(sol.merge_heads(x))
 
 
@@ -212,8 +215,9 @@ def mha_no_mask(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
 
 
 def mha_mask_no_head_dim(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
-    q, k, v = (sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key),
-                                                     (w_v, value)))  # fmt: skip
+    q, k, v = (
+        sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key), (w_v, value))
+    )
     x, _ = sol.attention(q, k, v, mask)  # (B, T, S) against (B, h, T, S)
     return w_o(sol.merge_heads(x))
 
@@ -401,8 +405,9 @@ def lp_no_five(length, alpha):
 
 def beam_logp_only(score, logp, k):
     B, V = score.size(0), logp.size(-1)
-    flat = logp.view(B, k * V).masked_fill(score.repeat_interleave(V, 1) == -math.inf,
-                                           -math.inf)  # fmt: skip
+    flat = logp.view(B, k * V).masked_fill(
+        score.repeat_interleave(V, 1) == -math.inf, -math.inf
+    )
     top, idx = flat.topk(2 * k, -1)
     return top, idx // V, idx % V
 
@@ -947,11 +952,17 @@ def test_an_endless_loop_is_stopped_in_a_jupyter_kernel():
         nbformat.v4.new_code_cell("check.rate(sol.rate)"),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]])}
-    client = NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT)}})  # fmt: skip
+    client = NotebookClient(
+        nb,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT)}},
+    )
     client.execute(cwd=str(ROOT), env=env)
-    text = ["".join(o.get("data", {}).get("text/plain", "") for o in c.outputs)
-            for c in nb.cells]  # fmt: skip
+    text = [
+        "".join(o.get("data", {}).get("text/plain", "") for o in c.outputs)
+        for c in nb.cells
+    ]
     assert text[1].startswith("✗ rate: your function ran longer than 0.5 s"), text
     assert text[2].startswith("✓ rate: correct."), text
 
@@ -975,26 +986,31 @@ def test_the_notebook_has_a_stub_and_a_check_per_exercise():
     assert sorted(names) == sorted(
         f.__name__ for fns in SOLUTIONS.values() for f in fns
     )
-    assert all(src.count("raise NotImplementedError") == len(d)
-               for src, d in zip(stubs, defined, strict=True))  # fmt: skip
+    assert all(
+        src.count("raise NotImplementedError") == len(d)
+        for src, d in zip(stubs, defined, strict=True)
+    )
     assert not any("exercises_solutions" in src for src in code)
 
 
 def test_the_setup_cell_is_the_main_notebooks():
     """Both notebooks fetch the repository on Colab with the same code."""
-    first = lambda path: next(c for c in jupytext.read(path).cells
-                              if c.cell_type == "code")  # fmt: skip
+    first = lambda path: next(
+        c for c in jupytext.read(path).cells if c.cell_type == "code"
+    )
     assert first(MD).source == first(ROOT / "annotated_transformer.md").source
 
 
 def test_committed_outputs_are_the_unfilled_stubs():
     nb = nbformat.read(IPYNB, as_version=4)
     verdicts = [
-        "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "")
-                for o in c.outputs)
+        "".join(
+            o.get("data", {}).get("text/plain", "") + o.get("text", "")
+            for o in c.outputs
+        )
         for c in nb.cells
         if c.cell_type == "code" and re.search(r"^check\.", c.source, re.M)
-    ]  # fmt: skip
+    ]
     assert len(verdicts) == len(check.EXERCISES)
     for name, text in zip(check.EXERCISES, verdicts, strict=True):
         assert text.strip() == repr(check.Verdict(name, "not done", check.NOT_DONE))
@@ -1015,8 +1031,11 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     for cell in nb.cells:
         if cell.cell_type == "code" and "raise NotImplementedError" in cell.source:
             names = re.findall(r"^def (\w+)\(", cell.source, re.M)
-            owner = next(n for n, fns in SOLUTIONS.items()
-                         if names[0] in {f.__name__ for f in fns})  # fmt: skip
+            owner = next(
+                n
+                for n, fns in SOLUTIONS.items()
+                if names[0] in {f.__name__ for f in fns}
+            )
             if owner in solved:
                 cell.source += f"\n\nfrom exercises_solutions import {', '.join(names)}"
     nbformat.write(nb, colab / IPYNB.name)
@@ -1024,11 +1043,13 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     if inherited_pythonpath():
         env["PYTHONPATH"] = os.pathsep.join(inherited_pythonpath())
     env.update(AT_REPO_URL=f"file://{repo}", AT_PRESET="ci", MULTI30K_DIR=str(DATA))
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": colab}})  # fmt: skip
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": colab}}
+    )
     client.execute(cwd=str(colab), env=env)
-    errors = [o for c in nb.cells for o in c.get("outputs", [])
-              if o.output_type == "error"]  # fmt: skip
+    errors = [
+        o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"
+    ]
     assert not errors, f"{errors[0].ename}: {errors[0].evalue}"
     assert (colab / "at-repo" / "exercise_checks.py").is_file()
     for cell in nb.cells:

@@ -548,8 +548,11 @@ def test_command_line(tmp_path):
     out = tmp_path / "index.html"
     run = lambda *args, cwd=tmp_path: subprocess.run(
         [sys.executable, *args, "--notebook", str(nb_path), "--out", str(out)],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     done = run(str(ROOT / "tools" / "render_page.py"), "--strict")
     assert done.returncode == 0, done.stderr
     assert "8 formulas" in done.stdout
@@ -595,10 +598,12 @@ def test_the_pages_link_to_each_other():
         for name, p in pages.items()
     }
     links = {
-        name: re.findall(r'href="([\w.-]+\.(?:html|ipynb))(?:#([^"]*))?"',
-                         p.read_text(encoding="utf-8"))
+        name: re.findall(
+            r'href="([\w.-]+\.(?:html|ipynb))(?:#([^"]*))?"',
+            p.read_text(encoding="utf-8"),
+        )
         for name, p in pages.items()
-    }  # fmt: skip
+    }
     for name, found in links.items():
         assert found, f"{name} links to no other page"
         for target, anchor in found:
@@ -617,11 +622,17 @@ def test_wide_output_is_caught_and_wrapped_text_fits(tmp_path, browser):
 
     sentence = "* a conclusion the prose points to, " + "with many more words " * 12
     cells = [
-        new_code_cell(f"print({sentence!r})", execution_count=1, outputs=[
-            new_output("stream", name="stdout", text=sentence + "\n")]),
-        new_code_cell(f"say({sentence!r})", execution_count=2, outputs=[
-            new_output("stream", name="stdout", text=wrap(sentence) + "\n")]),
-    ]  # fmt: skip
+        new_code_cell(
+            f"print({sentence!r})",
+            execution_count=1,
+            outputs=[new_output("stream", name="stdout", text=sentence + "\n")],
+        ),
+        new_code_cell(
+            f"say({sentence!r})",
+            execution_count=2,
+            outputs=[new_output("stream", name="stdout", text=wrap(sentence) + "\n")],
+        ),
+    ]
     nb_path = tmp_path / "wide.ipynb"
     nbformat.write(new_notebook(cells=cells), nb_path)
     out = tmp_path / "wide.html"
@@ -756,10 +767,12 @@ def test_clipping_is_caught(tmp_path, browser):
     html = out.read_text(encoding="utf-8")
     for css, kinds in [
         (".output pre { max-height: 32em; overflow: auto; }", {"vertical"}),
-        (".output pre, .output pre .ln { white-space: pre; overflow-x: auto; }",
-         {"horizontal"}),
+        (
+            ".output pre, .output pre .ln { white-space: pre; overflow-x: auto; }",
+            {"horizontal"},
+        ),
         (".output.image img { max-width: none; width: 1400px; }", {"spills", "page"}),
-    ]:  # fmt: skip
+    ]:
         broken = tmp_path / "broken.html"
         broken.write_text(html.replace("</head>", f"<style>{css}</style></head>"))
         found = clipped_outputs(browser, broken, 390 if "pre" in css else 1280)
@@ -838,8 +851,10 @@ def test_contents_list_every_part(browser, capsys, notebook, page):
                 ".scrollIntoView({behavior: 'instant'}); }",
                 k,
             )
-            tab.evaluate("new Promise(r => requestAnimationFrame(() => "
-                         "requestAnimationFrame(r)))")  # fmt: skip
+            tab.evaluate(
+                "new Promise(r => requestAnimationFrame(() => "
+                "requestAnimationFrame(r)))"
+            )
             now = tab.evaluate(TOC_JS)
             hidden = [p["text"] for p in now if not p["shown"]]
             assert not hidden, f"at {part['text']!r}, out of sight: {hidden}"
@@ -881,15 +896,23 @@ def deep_dive_notebook(folder: Path) -> Path:
     nb = new_notebook(
         cells=[
             new_markdown_cell("# Deep dives\n\n## Part 1: The model\n\nThe main line."),
-            new_code_cell("main()", execution_count=1, outputs=[
-                new_output("stream", name="stdout", text="main output\n")]),
+            new_code_cell(
+                "main()",
+                execution_count=1,
+                outputs=[new_output("stream", name="stdout", text="main output\n")],
+            ),
             _dive(
                 "Why scale by $\\sqrt{d_k}$",
                 "What this shows: without the scale the softmax saturates.",
                 "The variance of $q \\cdot k$ grows with $d_k$.",
             ),
-            new_code_cell("saturate()", execution_count=2, outputs=[
-                new_output("stream", name="stdout", text="inside the dive\n" * 3)]),
+            new_code_cell(
+                "saturate()",
+                execution_count=2,
+                outputs=[
+                    new_output("stream", name="stdout", text="inside the dive\n" * 3)
+                ],
+            ),
             new_markdown_cell("#### A smaller heading\n\nStill inside."),
             new_code_cell("more()", execution_count=3, outputs=[]),
             new_markdown_cell("### Back on the main line\n\nOutside again."),
@@ -898,10 +921,12 @@ def deep_dive_notebook(folder: Path) -> Path:
                 "Inside the second dive.\n\n```\n## not a heading (code)\n```\n\n"
                 "## Part 2: Training\n\nAfter the dive, in the same cell."
             ),
-            new_markdown_cell("[to the first dive](#deep-dive-why-scale-by-sqrtd-k) "
-                              "and [into it](#a-smaller-heading)"),
+            new_markdown_cell(
+                "[to the first dive](#deep-dive-why-scale-by-sqrtd-k) "
+                "and [into it](#a-smaller-heading)"
+            ),
         ]
-    )  # fmt: skip
+    )
     path = folder / "dives.ipynb"
     nbformat.write(nb, path)
     return path
@@ -994,8 +1019,10 @@ def test_deep_dives_fold(tmp_path, browser, capsys):
         try:
             page.goto(out.resolve().as_uri() + fragment, wait_until="load")
             opened = [d["open"] for d in page.evaluate(DIVES_JS)]
-            assert opened == [fragment == "#a-smaller-heading",
-                              fragment == "#deep-dive-timing-the-step"]  # fmt: skip
+            assert opened == [
+                fragment == "#a-smaller-heading",
+                fragment == "#deep-dive-timing-the-step",
+            ]
             page.screenshot(path=str(SCREENSHOTS / "deep-dives-390.png"))
         finally:
             page.close()
@@ -1065,10 +1092,20 @@ def test_out_refused_on_the_command_line(tmp_path):
     nb_path = synthetic_notebook(tmp_path)
     t0 = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "tools.render_page", "--notebook", str(nb_path),
-         "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tools.render_page",
+            "--notebook",
+            str(nb_path),
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done
     lines = done.stderr.strip().split("\n")
     assert len(lines) == 1 and lines[0].startswith(

@@ -122,39 +122,52 @@ def parse_args(lib, argv=None):
     p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
     cli.add_set_option(p)
     p.add_argument(
-        "--size", choices=sorted(lib.MODEL_SIZES), default=None,
+        "--size",
+        choices=sorted(lib.MODEL_SIZES),
+        default=None,
         help="a named model size instead of the preset's model",
-    )  # fmt: skip
+    )
     p.add_argument("--vocab", type=positive, default=None, help="default: bpe_size")
     p.add_argument("--batches", type=positive, default=8, help="distinct batches")
     p.add_argument("--steps", type=positive, default=3, help="timed steps per round")
     p.add_argument("--rounds", type=positive, default=3)
     p.add_argument(
-        "--precision", choices=lib.PRECISIONS, default=None,
+        "--precision",
+        choices=lib.PRECISIONS,
+        default=None,
         help="fast path precision (default: the preset's)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="torch.compile the fast path (default: the preset's)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--threads", type=positive, default=None,
+        "--threads",
+        type=positive,
+        default=None,
         help="torch threads (default: Setup's rule for the preset)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--attn", choices=("didactic", "sdpa"), default=None,
+        "--attn",
+        choices=("didactic", "sdpa"),
+        default=None,
         help="the fast path's attention (default: fast_attention_impl's choice)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--profile", action="store_true",
+        "--profile",
+        action="store_true",
         help="print torch.profiler's top operators of the fast path and stop",
-    )  # fmt: skip
+    )
     p.add_argument("--paths", type=paths_arg, default=list(PATHS))
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument(
-        "--json", type=cli.file_path, default=None,
+        "--json",
+        type=cli.file_path,
+        default=None,
         help="also write the figures to this file (JSON)",
-    )  # fmt: skip
+    )
     args = p.parse_args(argv)
     cores = runtime.cores_available()
     if args.threads and args.threads > cores:
@@ -435,13 +448,22 @@ def main(argv=None) -> int:
     batches = lib.make_batches(pairs, cfg, device)[: args.batches]
     paths = args.paths
     if args.memory_child:
-        setup = build(lib, cfg, vocab, args.memory_child, device, precision_name,
-                      compile_model, args.attn)  # fmt: skip
+        setup = build(
+            lib,
+            cfg,
+            vocab,
+            args.memory_child,
+            device,
+            precision_name,
+            compile_model,
+            args.attn,
+        )
         memory_child(lib, setup, batches)
         return 0
     if args.profile:
-        setup = build(lib, cfg, vocab, "fast", device, precision_name, compile_model,
-                      args.attn)  # fmt: skip
+        setup = build(
+            lib, cfg, vocab, "fast", device, precision_name, compile_model, args.attn
+        )
         profile(lib, setup, batches, args.steps)
         return 0
     setups = {
@@ -453,9 +475,10 @@ def main(argv=None) -> int:
     ntok = [b.ntokens for b in batches]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     print(
-        f"device {device}" + (f" ({name})" if name else "")
+        f"device {device}"
+        + (f" ({name})" if name else "")
         + f", torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
-    )  # fmt: skip
+    )
     if device.type == "cpu":
         print(cpu_features())
     auto, why = runtime.auto_precision(device)
@@ -470,8 +493,10 @@ def main(argv=None) -> int:
     if "fast" in setups:
         fast = setups["fast"]
         impl = args.attn or lib.fast_attention_impl(fast[4])
-        print(f"fast path: precision {fast[4].name}, attention {impl}, "
-              f"compile={compile_model and fast[0] is not model}")  # fmt: skip
+        print(
+            f"fast path: precision {fast[4].name}, attention {impl}, "
+            f"compile={compile_model and fast[0] is not model}"
+        )
     for p in paths:  # warm-up: first-call allocations, kernel selection, compiling
         t = time.perf_counter()
         run_steps(lib, setups[p], batches, 1)

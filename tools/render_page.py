@@ -509,9 +509,13 @@ def _exporter(page: Page) -> PageExporter:
     c.HTMLExporter.exclude_output_prompt = True
     # The kinds of output the template shows, best first.
     c.NbConvertBase.display_data_priority = [
-        "text/html", "text/markdown", "image/svg+xml", "image/png", "image/jpeg",
+        "text/html",
+        "text/markdown",
+        "image/svg+xml",
+        "image/png",
+        "image/jpeg",
         "text/plain",
-    ]  # fmt: skip
+    ]
     exporter = PageExporter(
         config=c,
         template_name="atpage",
@@ -544,9 +548,16 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     prefix = katex_dir.parents[1]
     prefix.mkdir(parents=True, exist_ok=True)
     cmd = [
-        npm, "install", "--prefix", str(prefix), "--no-save", "--no-audit",
-        "--no-fund", "--loglevel=error", f"katex@{KATEX_VERSION}",
-    ]  # fmt: skip
+        npm,
+        "install",
+        "--prefix",
+        str(prefix),
+        "--no-save",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+        f"katex@{KATEX_VERSION}",
+    ]
     print(f"installing KaTeX {KATEX_VERSION}: {' '.join(cmd)}", file=sys.stderr)
     proc = subprocess.run(
         cmd, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True
