@@ -21,3 +21,33 @@ def test_the_notebook_runs_alone_as_on_colab(colab_run):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.get("execution_count"), cell.source[:80]
+
+
+def _texts(cell) -> list[str]:
+    """A cell's outputs as text, the way nbval compares them (images aside)."""
+    texts = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            texts.append(f"{o.name}: {o.text}")
+        elif o.output_type in ("execute_result", "display_data"):
+            texts.append(o.get("data", {}).get("text/plain", ""))
+    return texts
+
+
+def test_checked_cells_print_their_committed_outputs(colab_run):
+    """Cells tagged `nbval-check-output` (masks, shapes, positional-encoding values)
+    print in the fresh run exactly what the committed notebook holds: nbval's check,
+    made on this run so that `make test` executes the notebook once."""
+    import nbformat
+
+    from conftest import NOTEBOOK
+
+    committed = nbformat.read(NOTEBOOK, as_version=4)
+    pairs = [
+        (mine, fresh)
+        for mine, fresh in zip(committed.cells, colab_run.nb.cells, strict=True)
+        if "nbval-check-output" in mine.metadata.get("tags", [])
+    ]
+    assert len(pairs) >= 10, "the tagged cells went missing"
+    for mine, fresh in pairs:
+        assert _texts(fresh) == _texts(mine), mine.source[:80]
