@@ -122,8 +122,6 @@ def export_run(
     exported.load_state_dict(export.unpack_state(entries, aliases, bytes(blob)))
     exported.eval()
     manifest = {
-        "what": "Part 4's full recipe (shared BPE, tie='all'), "
-        + (f"the average of {n_avg} snapshots" if n_avg > 1 else "the best snapshot"),
         "preset": preset,
         "machine": cpu_name(),
         "torch": torch.__version__.split("+")[0],
@@ -136,6 +134,9 @@ def export_run(
         "quant": quant,
         "config": cfg.to_dict(),
     }
+    manifest["what"] = (
+        f"Part 4's full recipe (shared BPE, tie='all'), {weights_of(manifest)}"
+    )
     if bleu:
         start = time.perf_counter()
         data = test_data(lib, cfg, vocab, root, n_eval)
