@@ -13,6 +13,9 @@ systems that misbehave (`tmpfs`, `small_disk`, `read_only`, `fill_disk`,
 `without_permission_override`). Mounting a tmpfs needs root: those tests are skipped,
 with the reason, elsewhere.
 
+The notebook executed as on Colab (`colab_run`, ci preset) starts in a process of its
+own once the tests are collected; the tests that read it run last.
+
 The page tests (test_page.py, test_attention_view.py) share one headless Chromium:
 `browser`, session-wide, because Playwright's sync API runs one instance per thread.
 """
@@ -371,25 +374,58 @@ def snapshot_repository(target):
         subprocess.run(git + args, check=True)
 
 
-@pytest.fixture(scope="session")
-def colab_run(tmp_path_factory):
-    """The .ipynb executed as Colab runs it, once per session: the file alone in an
-    empty folder, its Setup cell cloning this working tree from a file:// URL, every
-    cell in a fresh kernel, the ci preset. Returns `nb` (the executed notebook) and
-    `folder` (Colab's /content: the notebook, and the clone in at-repo/)."""
-    import nbformat
-    from nbclient import NotebookClient
+# The run takes minutes on one core (the ci preset trains with one thread), and most
+# other tests use one core too: it starts in a process of its own as soon as the tests
+# are collected, and the tests that read it run last, so that the two share the cores.
+EXECUTE = """
+import sys
 
+import nbformat
+from nbclient import NotebookClient
+
+notebook, out, folder = sys.argv[1:]
+nb = nbformat.read(notebook, as_version=4)
+client = NotebookClient(
+    nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": folder}}
+)
+try:
+    client.execute()
+finally:
+    nbformat.write(nb, out)
+"""
+
+
+COLAB = pytest.StashKey()  # the run, once it has started
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Tests that read `colab_run` go last; the run itself starts now."""
+    late = [item for item in items if "colab_run" in getattr(item, "fixturenames", ())]
+    if not late or config.option.collectonly:
+        return
+    items[:] = [item for item in items if item not in late] + late
+    config.stash[COLAB] = start_colab_run(config._tmp_path_factory.mktemp("colab"))
+
+
+def pytest_sessionfinish(session):
+    run = session.config.stash.get(COLAB, None)
+    if run is not None and run.proc.poll() is None:  # interrupted: stop it
+        os.killpg(run.proc.pid, 9)
+        run.proc.wait()
+
+
+def start_colab_run(tmp):
+    """The .ipynb executed as Colab runs it, in a process of its own: the file alone
+    in an empty folder, its Setup cell cloning this working tree from a file:// URL,
+    every cell in a fresh kernel, the ci preset."""
     if shutil.which("git") is None:
         pytest.fail("git is needed: the Setup cell clones the repository with it")
-    tmp = tmp_path_factory.mktemp("colab")
     repo = tmp / "github"
     repo.mkdir()
     snapshot_repository(repo)
     colab = tmp / "content"
     colab.mkdir()
     shutil.copy(NOTEBOOK, colab / NOTEBOOK.name)
-    nb = nbformat.read(colab / NOTEBOOK.name, as_version=4)
     # the checkout must not be importable (the Setup cell fetches it); packages stay
     # where this machine keeps them (the GPU check's /tmp/site is on PYTHONPATH)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -401,11 +437,36 @@ def colab_run(tmp_path_factory):
         AT_PROGRESS="0",
         MULTI30K_DIR=str(DATA),
     )
-    client = NotebookClient(
-        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": colab}}
-    )
-    client.execute(cwd=str(colab), env=env)
-    return types.SimpleNamespace(nb=nb, folder=colab)
+    executed = tmp / "executed.ipynb"
+    args = [NOTEBOOK.name, str(executed), str(colab)]
+    log = tmp / "run.log"
+    with log.open("w") as out:  # a file, not a pipe that could fill and block it
+        proc = subprocess.Popen(
+            [sys.executable, "-c", EXECUTE, *args],
+            cwd=colab,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its kernel goes with it if the tests are stopped
+        )
+    return types.SimpleNamespace(proc=proc, folder=colab, executed=executed, log=log)
+
+
+@pytest.fixture(scope="session")
+def colab_run(request):
+    """The Colab-style run, started when the tests were collected, awaited here.
+    Returns `nb` (the executed notebook) and `folder` (Colab's /content: the
+    notebook, and the clone in at-repo/)."""
+    import nbformat
+
+    run = request.config.stash.get(COLAB, None)
+    if run is None:  # the fixture asked for in another way: start it now
+        run = start_colab_run(request.config._tmp_path_factory.mktemp("colab"))
+        request.config.stash[COLAB] = run
+    if run.proc.wait():
+        output = run.log.read_text(errors="replace")
+        pytest.fail(f"the Colab-style run failed:\n{output[-4000:]}")
+    return types.SimpleNamespace(nb=nbformat.read(run.executed, 4), folder=run.folder)
 
 
 # ----------------------------------------------- headless Chromium (page tests)

@@ -24,13 +24,17 @@ def test_the_notebook_runs_alone_as_on_colab(colab_run):
 
 
 def _texts(cell) -> list[str]:
-    """A cell's outputs as text, the way nbval compares them (images aside)."""
-    texts = []
+    """A cell's outputs as text, the way nbval compares them (images aside; the
+    pieces of one stream in a row joined, however the kernel happened to flush)."""
+    texts, last = [], None
     for o in cell.get("outputs", []):
-        if o.output_type == "stream":
+        if o.output_type == "stream" and last == o.name:
+            texts[-1] += o.text
+        elif o.output_type == "stream":
             texts.append(f"{o.name}: {o.text}")
         elif o.output_type in ("execute_result", "display_data"):
             texts.append(o.get("data", {}).get("text/plain", ""))
+        last = o.name if o.output_type == "stream" else None
     return texts
 
 
