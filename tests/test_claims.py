@@ -54,7 +54,7 @@ def parse_table(text: str) -> tuple[dict, float | None]:
 
 
 def decoding_row(label: str) -> bool:
-    return label.startswith(("+ average", "+ beam"))
+    return label.startswith(("+ averag", "+ beam"))  # average of n, averaging (none)
 
 
 def claims_problems(nb) -> list[str]:
