@@ -398,18 +398,21 @@ finally:
 COLAB = pytest.StashKey()  # the run, once it has started
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they do
 def pytest_collection_modifyitems(session, config, items):
     """Tests that read `colab_run` go last; the run itself starts now."""
     late = [item for item in items if "colab_run" in getattr(item, "fixturenames", ())]
     if not late or config.option.collectonly:
         return
     items[:] = [item for item in items if item not in late] + late
-    config.stash[COLAB] = start_colab_run(config._tmp_path_factory.mktemp("colab"))
+    run = start_colab_run(config._tmp_path_factory.mktemp("colab"))
+    config.stash[COLAB] = run
+    config.add_cleanup(lambda: stop(run))
 
 
-def pytest_sessionfinish(session):
-    run = session.config.stash.get(COLAB, None)
-    if run is not None and run.proc.poll() is None:  # interrupted: stop it
+def stop(run):
+    """The run stopped if the tests end before it does (stopped, or failed with -x)."""
+    if run.proc.poll() is None:
         os.killpg(run.proc.pid, 9)
         run.proc.wait()
 
