@@ -8,18 +8,28 @@ gate that decides.
     python nbexport.py            # writes build/annotated_transformer_lib.py
     python nbexport.py --check    # exits 1 if that file is stale
 
+The generated file keeps every library line on the line it has in the notebook's
+`.md` (the lines between cells are blank), and each block opens with a comment that
+names its section and place, like d2l's "Defined in" notes:
+
+    # --- Part 3 › The training loop (annotated_transformer.md:2391) ---
+
 Tools and tests call :func:`load`, which rewrites the file when the notebook changed
-and imports it as the module ``annotated_transformer_lib``. Worker processes (torchrun,
-DataLoader workers) import that same file by name, with its folder on PYTHONPATH; it is
-rewritten from the notebook, never edited by hand.
+and imports it as the module ``annotated_transformer_lib``, compiled under the
+notebook's own file name: a traceback from a test or a torchrun worker names
+`annotated_transformer.md` and the line there, and shows that line. Worker processes
+that import the module by name (pickling, DataLoader workers) find the same file with
+its folder on PYTHONPATH; it is rewritten from the notebook, never edited by hand.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -27,43 +37,78 @@ NOTEBOOK = ROOT / "annotated_transformer.md"
 EXPORT = ROOT / "build" / "annotated_transformer_lib.py"
 MODULE_NAME = "annotated_transformer_lib"
 DEMO_TAG = "demo"
+FENCE = re.compile(r"^```python\b")
+HEADING = re.compile(r"^(#{2,4}) +(.+?) *$")
+
+
+@dataclass
+class Block:
+    """One library cell: its code, the .md line of its first code line, and the
+    section it sits in ("Part 3 › The training loop")."""
+
+    source: str
+    line: int
+    section: str
+
+
+def library_blocks(path: Path = NOTEBOOK) -> list[Block]:
+    """The code cells that are not tagged ``demo``, in notebook order, each with
+    its place in the .md file. Magic lines (%, !) become blank lines."""
+    import jupytext
+
+    cells = [c for c in jupytext.read(str(path)).cells if c.cell_type == "code"]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    starts, sections, heads, fenced = [], [], {}, False
+    for number, text in enumerate(lines, start=1):
+        if text.startswith("```"):
+            if FENCE.match(text) and not fenced:
+                starts.append(number + 1)
+                sections.append(" › ".join(heads[k] for k in sorted(heads)))
+            fenced = not fenced
+            continue
+        match = None if fenced else HEADING.match(text)
+        if match:
+            level = len(match.group(1))
+            heads = {k: v for k, v in heads.items() if k < level}
+            heads[level] = match.group(2)
+    if len(starts) != len(cells):
+        raise RuntimeError(
+            f"{path.name}: {len(cells)} code cells but {len(starts)} ```python "
+            "fences; every code cell must be a ```python block"
+        )
+    blocks = []
+    for cell, start, section in zip(cells, starts, sections, strict=True):
+        if DEMO_TAG in cell.metadata.get("tags", []):
+            continue
+        code = [
+            "" if ln.lstrip().startswith(("%", "!")) else ln
+            for ln in cell.source.splitlines()
+        ]
+        blocks.append(Block("\n".join(code), start, section))
+    return blocks
 
 
 def library_cells(path: Path = NOTEBOOK) -> list[str]:
-    """Sources of the code cells that are not tagged ``demo``, in notebook order."""
-    import jupytext
-
-    nb = jupytext.read(str(path))
-    cells = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        if DEMO_TAG in cell.metadata.get("tags", []):
-            continue
-        lines = [
-            ln
-            for ln in cell.source.splitlines()
-            if not ln.lstrip().startswith(("%", "!"))
-        ]
-        cells.append("\n".join(lines))
-    return cells
+    """Sources of the library cells, in notebook order."""
+    return [b.source for b in library_blocks(path)]
 
 
 def module_source(path: Path = NOTEBOOK) -> str:
-    header = (
-        f"# Generated from {path.name} by nbexport.py; edit the notebook instead.\n"
-    )
-    parts = [header]
-    for i, src in enumerate(library_cells(path)):
-        parts.append(f"\n# --- library cell {i} ---\n{src}\n")
-    return "".join(parts)
+    """The module's text: each library line on its .md line number."""
+    out = [f"# Generated from {path.name} by nbexport.py; edit the notebook instead."]
+    for block in library_blocks(path):
+        header = f"# --- {block.section} ({path.name}:{block.line}) ---"
+        out += [""] * (block.line - 2 - len(out))  # blank up to the fence's line
+        out.append(header)
+        out += block.source.splitlines()
+    return "\n".join(out) + "\n"
 
 
 def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
     """Write the module if it is missing or stale; returns its path. Several
     processes may do this at once: each writes the same text through a rename."""
     source = module_source(path)
-    if not out.exists() or out.read_text() != source:
+    if not out.exists() or out.read_text(encoding="utf-8") != source:
         from atkit.files import write_text_atomic
 
         write_text_atomic(out, source, fsync=False)
@@ -71,8 +116,9 @@ def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
 
 
 def load(path: Path = NOTEBOOK) -> types.ModuleType:
-    """The notebook's library as the module ``annotated_transformer_lib``, imported
-    from its generated file (exported first if stale; imported once per process)."""
+    """The notebook's library as the module ``annotated_transformer_lib`` (exported
+    first if stale; imported once per process), compiled under the notebook's file
+    name so that tracebacks point into the notebook."""
     out = export(path)
     module = sys.modules.get(MODULE_NAME)
     if module is not None and getattr(module, "__file__", None) == str(out):
@@ -80,7 +126,13 @@ def load(path: Path = NOTEBOOK) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(MODULE_NAME, out)
     module = importlib.util.module_from_spec(spec)
     sys.modules[MODULE_NAME] = module  # dataclasses and pickling look it up by name
-    spec.loader.exec_module(module)
+    source = out.read_text(encoding="utf-8")
+    code = compile(source, str(path), "exec", dont_inherit=True)  # no __future__
+    try:
+        exec(code, module.__dict__)  # noqa: S102 (the notebook's own code)
+    except BaseException:
+        del sys.modules[MODULE_NAME]
+        raise
     return module
 
 
@@ -89,7 +141,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="fail if stale")
     args = parser.parse_args()
     if args.check:
-        if not EXPORT.exists() or EXPORT.read_text() != module_source():
+        if not EXPORT.exists() or EXPORT.read_text(encoding="utf-8") != module_source():
             print(f"{EXPORT} is stale: run `python nbexport.py`", file=sys.stderr)
             return 1
         return 0

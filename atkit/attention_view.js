@@ -1,39 +1,100 @@
-/* Interactive attention view (atkit/attention_view.py): one instance per root element.
-   Left column: queries; right column: keys; one line per (query, key), its opacity the
-   weight, one colour per head. Hover (or focus) a word for its weights; click pins it.
-   State for tests sits on the root: data-sentence, -kind, -layer, -head (0-based or
-   "all"), -hover ("q3": query 3, "k5": key 5, "" none), -pinned, -ready. */
-function atkitAttentionView(rootId, tries) {
+/* Interactive attention view (atkit/attention_view.py): one head's weights as a heatmap.
+   Rows are the queries, columns the keys, one cell per (query, key), darker for a
+   larger weight (rows sum to 1). It opens on one head; the reader picks the sentence,
+   the kind of attention, the layer and the head, or the average of the heads. Hovering
+   (or tapping) a cell or a row's word lists that query's weights; a column's word, the
+   weights on that key; a click pins the selection. Keyboard: focus the map, the arrow
+   keys move, Enter pins, Escape lets go.
+
+   Entry point, for a page that computes weights itself (e.g. an in-page translator):
+
+     atkitAttentionView(target, spec)  ->  Promise of a controller
+
+   target: an element, or the id of one; its content is replaced by the view (call it
+   again with a new spec to show another sentence). spec: the object that
+   AttentionView.spec() embeds ({heads, layers: {encoder, decoder, cross}, levels,
+   encoding: "deflate" | "raw", data: base64 bytes, sentences: [{label, src, tgt}],
+   start?: {kind, layer, head}}), or the same without `data`/`encoding`/`levels`,
+   each sentence carrying its weights as nested arrays: encoder [N][h][S][S],
+   decoder [N][h][T][T], cross [N][h][T][S] (rows: queries, columns: keys; src are the
+   S source tokens, tgt the T decoder inputs, <s> first). Without spec, the spec is
+   read from the target's <script type="application/json" class="atv-data"> (what the
+   Python output holds). The page needs the view's style once (attention_view.css,
+   every rule scoped to .atv); attention_view.assets() in Python returns the style and
+   this script together. The controller: {element, state(), set({sentence, kind,
+   layer, head}), hover(side, index)} (head: a 0-based number or "avg").
+
+   State for tests sits on the root element: data-sentence, -kind, -layer (0-based),
+   -head (0-based or "avg"), -hover ("q3": query 3, "k5": key 5, "" none), -cell
+   ("3,5" or ""), -pinned, -ready ("1" once drawn). */
+function atkitAttentionView(target, spec, tries) {
   "use strict";
-  // The first copy of this output not yet set up (data-ready is "0" while the data is
-  // decoded, then "1"). None: the classic notebook runs output scripts before it
-  // attaches the output, so look again a little later.
-  const root = [...document.querySelectorAll(`[id="${rootId}"]`)].find((r) => !r.dataset.ready);
-  if (!root) {
-    if ((tries || 0) < 50) setTimeout(() => atkitAttentionView(rootId, (tries || 0) + 1), 100);
-    return;
+  let root = target;
+  if (typeof target === "string") {
+    // The first copy of this output not yet set up. None: the classic notebook runs
+    // output scripts before it attaches the output, so look again a little later.
+    root = [...document.querySelectorAll(`[id="${target}"]`)].find((r) => !r.dataset.ready);
+    if (!root) {
+      if ((tries || 0) < 50) {
+        return new Promise((resolve) => setTimeout(
+          () => resolve(atkitAttentionView(target, spec, (tries || 0) + 1)), 100));
+      }
+      return Promise.resolve(null);
+    }
   }
+  if (!spec) {
+    const holder = root.querySelector("script.atv-data");
+    spec = JSON.parse(holder.textContent);
+  } else {
+    if (root._atvStop) root._atvStop();
+    root.textContent = "";
+  }
+  root.classList.add("atv");
   root.dataset.ready = "0";
-  const spec = JSON.parse(root.querySelector("script.atv-data").textContent);
   const SVG = "http://www.w3.org/2000/svg";
   const KINDS = {
     encoder: { button: "Encoder self", name: "encoder self-attention", q: "src", k: "src" },
     decoder: { button: "Decoder self", name: "decoder self-attention", q: "tgt", k: "tgt" },
     cross: { button: "Decoder → source", name: "decoder–source attention", q: "tgt", k: "src" },
   };
-  const SIDE = { src: "source", tgt: "target" };
-  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                   "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
-  const color = (h) => PALETTE[h] || `hsl(${(h * 137.5) % 360}, 65%, 42%)`;
-  const ROW = 22, TOP = 40, SLOT = 31, GAP = 140, PAD = 8;
-  const MIN_LINE = 0.01, MIN_LABEL = 0.005; // below these: no line / no number
-  const state = { sentence: 0, kind: "encoder", layer: 0, head: "all", hover: null, pinned: false };
-  let bytes = null; // all weights, one byte each (see AttentionView.spec)
+  const LEGEND = {
+    encoder: ["the source tokens, as queries", "the source tokens, as keys",
+      "Row i is what source token i draws on to build its new representation."],
+    decoder: ["the decoder's inputs, as queries (<s>, then the translation so far: " +
+      "the row of a word is the step that writes the word after it)",
+      "the same inputs, as keys",
+      "Cells right of the diagonal are masked: a step never sees later words."],
+    cross: ["the decoder's inputs, as queries (<s>, then the translation so far: " +
+      "the row of a word is the step that writes the word after it)",
+      "the source tokens, as keys", ""],
+  };
+  // A light-to-dark blue ramp (weight 0 to 1), the same in the cells and the scale.
+  const RAMP = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+  const colour = (w) => {
+    const x = Math.max(0, Math.min(1, w)) * (RAMP.length - 1);
+    const i = Math.min(RAMP.length - 2, Math.floor(x)), f = x - i;
+    const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * f));
+    return `rgb(${c.join(",")})`;
+  };
+  const FONT = 12, MIN_PITCH = 14, MAX_PITCH = 24, PAD = 6;
+  const MIN_LABEL = 0.005; // a weight below this gets no number in the readout
+  const N = spec.layers, H = spec.heads;
+  const start = spec.start || {};
+  const state = {
+    sentence: 0,
+    kind: KINDS[start.kind] ? start.kind : "cross",
+    layer: start.layer === undefined ? N.cross - 1 : start.layer,
+    head: start.head === undefined ? 0 : start.head,
+    hover: null, // {side: "q" | "k", i, cell: j or null}
+    pinned: false,
+  };
+  state.layer = Math.max(0, Math.min(state.layer, N[state.kind] - 1));
+  let weights = null; // Float32Array of all weights, in AttentionView.spec's order
   let offsets = []; // offsets[sentence][kind]: where that (N, h, rows, cols) block starts
-  let view = null; // what render() drew, for hover()
+  let view = null; // what draw() made, for hover()
 
   // ---------------------------------------------------------------- data
-  function inflate() {
+  function bytesOf() {
     const bin = atob(spec.data);
     const raw = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) raw[i] = bin.charCodeAt(i);
@@ -48,25 +109,47 @@ function atkitAttentionView(rootId, tries) {
     const sent = spec.sentences[s];
     return [sent[KINDS[kind].q], sent[KINDS[kind].k]];
   }
-  function index() {
+  function load() {
     let at = 0;
     offsets = spec.sentences.map((_, s) => {
       const off = {};
       for (const kind of Object.keys(KINDS)) {
         const [q, k] = tokens(s, kind);
         off[kind] = at;
-        at += spec.layers[kind] * spec.heads * q.length * k.length;
+        at += N[kind] * H * q.length * k.length;
       }
       return off;
     });
-    if (at !== bytes.length) throw new Error(`data has ${bytes.length} bytes, shapes ${at}`);
+    if (spec.data !== undefined) {
+      return bytesOf().then((bytes) => {
+        if (at !== bytes.length) throw new Error(`data has ${bytes.length} bytes, shapes ${at}`);
+        weights = Float32Array.from(bytes, (b) => b / spec.levels);
+      });
+    }
+    weights = new Float32Array(at); // nested arrays [N][h][q][k] per sentence and kind
+    for (let s = 0; s < spec.sentences.length; s++) {
+      for (const kind of Object.keys(KINDS)) {
+        const flat = [spec.sentences[s][kind]].flat(4);
+        const [q, k] = tokens(s, kind);
+        if (flat.length !== N[kind] * H * q.length * k.length) {
+          return Promise.reject(new Error(`sentence ${s}: ${kind} has ${flat.length} ` +
+            `weights, expected ${N[kind]}x${H}x${q.length}x${k.length}`));
+        }
+        weights.set(flat, offsets[s][kind]);
+      }
+    }
+    return Promise.resolve();
   }
-  // Weight of query i to key j in the current sentence, kind and layer.
+  // Weight of query i to key j in the current sentence, kind and layer, for one head
+  // or the average of the heads.
   function weight(head, i, j) {
     const [q, k] = tokens(state.sentence, state.kind);
-    const at = offsets[state.sentence][state.kind] +
-      ((state.layer * spec.heads + head) * q.length + i) * k.length + j;
-    return bytes[at] / spec.levels;
+    const base = offsets[state.sentence][state.kind] + state.layer * H * q.length * k.length;
+    const one = (h) => weights[base + (h * q.length + i) * k.length + j];
+    if (head !== "avg") return one(head);
+    let sum = 0;
+    for (let h = 0; h < H; h++) sum += one(h);
+    return sum / H;
   }
 
   // ---------------------------------------------------------------- DOM helpers
@@ -82,13 +165,13 @@ function atkitAttentionView(rootId, tries) {
     g.appendChild(el("span", { class: "atv-name", "aria-hidden": "true" }, label));
     return g;
   }
-  function buttons(g, items, pressed, onClick) {
+  function buttons(g, items, pressed) {
     g.querySelectorAll("button").forEach((b) => b.remove());
     for (const [value, text, attrs] of items) {
       const b = el("button", Object.assign({ type: "button" }, attrs), text);
       b.dataset.value = value;
       b.setAttribute("aria-pressed", String(String(value) === String(pressed)));
-      b.addEventListener("click", () => onClick(value));
+      b.addEventListener("click", () => set({ [g.dataset.key]: value }));
       g.appendChild(b);
     }
   }
@@ -104,174 +187,257 @@ function atkitAttentionView(rootId, tries) {
   const kindGroup = group("Attention", "atv-kind");
   const layerGroup = group("Layer", "atv-layer");
   const headGroup = group("Head", "atv-head");
-  const caption = el("p", { class: "atv-caption" });
-  const scroll = el("div", { class: "atv-scroll" });
-  const svg = svgEl("svg", { class: "atv-svg", role: "group" });
-  scroll.appendChild(svg);
+  kindGroup.dataset.key = "kind";
+  layerGroup.dataset.key = "layer";
+  headGroup.dataset.key = "head";
   const rowOne = el("div", { class: "atv-row" });
   rowOne.append(sentLabel, kindGroup);
   const rowTwo = el("div", { class: "atv-row" });
   rowTwo.append(layerGroup, headGroup);
   controls.append(rowOne, rowTwo);
+  const caption = el("p", { class: "atv-caption" });
+  const legend = el("p", { class: "atv-legend" });
+  const help = el("p", { class: "atv-help" });
+  const scale = el("p", { class: "atv-scale", "aria-hidden": "true" });
+  scale.append(el("span", {}, "weight: 0"),
+    el("span", { class: "atv-ramp", style: `background: linear-gradient(to right, ${
+      RAMP.map((c, i) => `rgb(${c.join(",")}) ${(100 * i) / (RAMP.length - 1)}%`).join(", ")})` }),
+    el("span", {}, "1"));
+  const figure = el("div", { class: "atv-map" });
+  const svg = svgEl("svg", { class: "atv-svg", role: "application", tabindex: 0 });
+  figure.appendChild(svg);
+  const readout = el("p", { class: "atv-readout", "aria-live": "polite" });
 
   function set(change) {
+    if ("head" in change && change.head !== "avg") change.head = Number(change.head);
+    if ("layer" in change) change.layer = Number(change.layer);
     Object.assign(state, change);
-    state.layer = Math.min(state.layer, spec.layers[state.kind] - 1);
+    state.layer = Math.min(state.layer, N[state.kind] - 1);
     render();
   }
   function drawControls() {
-    buttons(kindGroup, Object.entries(KINDS).map(([k, v]) => [k, v.button, {}]), state.kind,
-      (kind) => set({ kind }));
-    const layers = [...Array(spec.layers[state.kind]).keys()];
+    buttons(kindGroup, Object.entries(KINDS).map(([k, v]) => [k, v.button, {}]), state.kind);
+    const layers = [...Array(N[state.kind]).keys()];
     buttons(layerGroup, layers.map((l) => [l, String(l + 1), { "aria-label": `Layer ${l + 1}` }]),
-      state.layer, (layer) => set({ layer }));
-    const heads = [...Array(spec.heads).keys()].map((h) => [h, String(h + 1),
-      { class: "atv-hbtn", style: `--atv-c: ${color(h)}`, "aria-label": `Head ${h + 1}` }]);
-    buttons(headGroup, [["all", "All", { class: "atv-all", "aria-label": "All heads" }], ...heads],
-      state.head, (head) => set({ head }));
+      state.layer);
+    const heads = [...Array(H).keys()].map((h) => [h, String(h + 1), { "aria-label": `Head ${h + 1}` }]);
+    buttons(headGroup, [...heads, ["avg", "Average", { class: "atv-avg",
+      "aria-label": `Average of the ${H} heads` }]], state.head);
     select.value = String(state.sentence);
   }
 
   // ---------------------------------------------------------------- drawing
   const measurer = document.createElement("canvas").getContext("2d");
-  function textWidth(words, bold) {
+  function textWidth(words, size) {
     const family = getComputedStyle(root).fontFamily || "sans-serif";
-    measurer.font = `${bold ? "600 " : ""}13px ${family}`;
-    return Math.max(40, ...words.map((w) => measurer.measureText(w).width)) + 10;
+    measurer.font = `${size}px ${family}`;
+    return Math.max(0, ...words.map((w) => measurer.measureText(w).width));
   }
 
   function render() {
-    const [qs, ks] = tokens(state.sentence, state.kind);
-    const kind = KINDS[state.kind];
-    const heads = state.head === "all" ? [...Array(spec.heads).keys()] : [state.head];
-    const qW = textWidth(qs), kW = textWidth(ks), slots = heads.length * SLOT;
-    const qHead = `${SIDE[kind.q]} (queries)`, kHead = `${SIDE[kind.k]} (keys)`;
-    // Right edge of the query words; the column titles must fit too.
-    const xQ = Math.max(PAD + slots + qW, PAD + textWidth([qHead], true));
-    const xK = xQ + GAP; // left edge of the key words
-    const width = Math.max(xK + kW + slots, xK + textWidth([kHead], true)) + PAD;
-    const height = TOP + Math.max(qs.length, ks.length) * ROW + PAD;
-    const y = (i) => TOP + i * ROW + ROW / 2;
-    svg.textContent = "";
-    svg.setAttribute("width", width);
-    svg.setAttribute("height", height);
-    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    svg.setAttribute("aria-label", `Attention lines, ${kind.name}, layer ${state.layer + 1}`);
-    svg.append(
-      svgEl("text", { x: xQ - 5, y: 14, "text-anchor": "end", class: "atv-head-text" }, qHead),
-      svgEl("text", { x: xK + 5, y: 14, class: "atv-head-text" }, kHead));
-    // One line per (head, query, key) with a visible weight; indexed by row and column.
-    const lines = svgEl("g", { class: "atv-lines" });
-    const byRow = qs.map(() => []), byCol = ks.map(() => []);
-    for (const h of heads) {
-      for (let i = 0; i < qs.length; i++) {
-        for (let j = 0; j < ks.length; j++) {
-          const w = weight(h, i, j);
-          if (w < MIN_LINE) continue;
-          const line = svgEl("line", { x1: xQ + 4, y1: y(i), x2: xK - 4, y2: y(j),
-            stroke: color(h), "stroke-width": heads.length > 1 ? 1.5 : 2.5,
-            "stroke-opacity": w.toFixed(3), class: "atv-line" });
-          lines.appendChild(line);
-          byRow[i].push(line);
-          byCol[j].push(line);
-        }
-      }
-    }
-    svg.appendChild(lines);
-    const toks = (words, side, x, anchor) => words.map((word, i) => {
-      const g = svgEl("g", { class: "atv-tok", "data-side": side, "data-index": i,
-        tabindex: 0, role: "button", "aria-label": `${side === "q" ? "query" : "key"} ${i + 1}: ${word}` });
-      const bg = svgEl("rect", { x: anchor === "end" ? x - qW : x, y: y(i) - ROW / 2 + 1,
-        width: anchor === "end" ? qW : kW, height: ROW - 2, rx: 3, class: "atv-bg" });
-      g.append(bg, svgEl("text", { x: anchor === "end" ? x - 5 : x + 5, y: y(i),
-        "text-anchor": anchor, "dominant-baseline": "central" }, word));
-      g.addEventListener("pointerenter", () => state.pinned || hover(side, i));
-      g.addEventListener("pointerleave", () => state.pinned || hover(null));
-      g.addEventListener("focus", () => state.pinned || hover(side, i));
-      g.addEventListener("blur", () => state.pinned || hover(null));
-      g.addEventListener("click", () => pin(side, i));
-      g.addEventListener("keydown", (e) => {
-        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pin(side, i); }
-      });
-      svg.appendChild(g);
-      return { g, bg };
-    });
-    const labels = svgEl("g", { class: "atv-labels" });
-    view = { heads, byRow, byCol, labels, y, xQ, xK, qW, kW, slots,
-             q: toks(qs, "q", xQ, "end"), k: toks(ks, "k", xK, "start") };
-    svg.appendChild(labels);
     drawControls();
-    const who = state.head === "all" ? `all ${spec.heads} heads, one colour each` : `head ${state.head + 1}`;
+    const kind = KINDS[state.kind];
+    const who = state.head === "avg" ? `the average of the ${H} heads` : `head ${state.head + 1}`;
     caption.textContent = `${kind.name[0].toUpperCase() + kind.name.slice(1)}, layer ` +
-      `${state.layer + 1}, ${who}. A line joins a query (left) to a key (right); its ` +
-      "opacity is the weight. Hover a word for its weights; click to pin it.";
+      `${state.layer + 1}, ${who}.`;
+    const [rows, cols, note] = LEGEND[state.kind];
+    legend.textContent = "";
+    legend.append(el("b", {}, "Rows: "), rows + ". ", el("b", {}, "Columns: "), cols + ". ",
+      (note ? note + " " : "") + "Each row sums to 1.");
+    help.textContent = "Hover or tap a cell, or a word, to list its weights under the " +
+      "map (a row's word: where that query looks; a column's word: what looks at that " +
+      "key); click or tap to pin. Keyboard: focus the map, move with the arrow keys, " +
+      "Enter pins.";
     Object.assign(root.dataset, { sentence: state.sentence, kind: state.kind,
       layer: state.layer, head: state.head });
-    const h = state.hover; // a pinned word stays selected if it still exists
-    const keep = h && state.pinned && h.i < (h.side === "q" ? qs : ks).length;
+    draw();
+  }
+
+  function draw() {
+    const [qs, ks] = tokens(state.sentence, state.kind);
+    const width = root.clientWidth || 640;
+    const corner = ["keys →", "queries ↓"];
+    const rowWidth = (words) =>
+      Math.ceil(Math.max(textWidth(words, FONT), textWidth(corner, FONT - 1))) + 10;
+    // Too narrow for the map at its smallest (a phone): long words are cut to 9
+    // letters and an ellipsis (the readout and a tooltip give them whole).
+    const narrow = rowWidth(qs) + ks.length * MIN_PITCH + PAD > width;
+    const cut = (w) => (narrow && w.length > 10 ? w.slice(0, 9) + "…" : w);
+    const rowW = rowWidth(qs.map(cut));
+    const pitch = Math.max(MIN_PITCH, Math.min(MAX_PITCH,
+      Math.floor((width - rowW - PAD) / ks.length)));
+    // A word's box is 1.17 of its size tall: neighbours at one pitch never touch.
+    const colFont = Math.min(FONT, Math.floor(pitch / 1.17));
+    const colH = Math.ceil(Math.max(textWidth(ks.map(cut), colFont), 2 * FONT + 8)) + 10;
+    const W = rowW + ks.length * pitch + PAD, Hh = colH + qs.length * pitch + PAD;
+    svg.textContent = "";
+    svg.setAttribute("viewBox", `0 0 ${W} ${Hh}`);
+    svg.setAttribute("width", W);
+    svg.setAttribute("height", Hh);
+    svg.style.maxWidth = "100%";
+    svg.style.height = "auto";
+    svg.setAttribute("aria-label", `${caption.textContent} Heatmap of ${qs.length} ` +
+      `queries by ${ks.length} keys; arrow keys move, Enter pins.`);
+    svg.append(
+      svgEl("text", { x: rowW - 6, y: colH - FONT - 10, "text-anchor": "end",
+        class: "atv-axis", style: `font-size: ${FONT - 1}px` }, corner[0]),
+      svgEl("text", { x: rowW - 6, y: colH - 6, "text-anchor": "end", class: "atv-axis",
+        style: `font-size: ${FONT - 1}px` }, corner[1]));
+    const cells = svgEl("g", { class: "atv-cells" });
+    const masked = state.kind === "decoder";
+    const grid = qs.map((_, i) => ks.map((_, j) => {
+      const w = weight(state.head, i, j);
+      const r = svgEl("rect", { x: rowW + j * pitch, y: colH + i * pitch, width: pitch - 1,
+        height: pitch - 1, fill: masked && j > i ? "#ececec" : colour(w), class: "atv-cell",
+        "data-query": i, "data-key": j, "data-weight": String(w) });
+      r.addEventListener("pointerenter", () => state.pinned || hover("q", i, j));
+      r.addEventListener("click", () => pin("q", i, j));
+      cells.appendChild(r);
+      return r;
+    }));
+    svg.appendChild(cells);
+    const label = (word, side, i) => {
+      const attrs = side === "q"
+        ? { x: rowW - 6, y: colH + i * pitch + pitch / 2, "text-anchor": "end",
+            "dominant-baseline": "central", style: `font-size: ${FONT}px` }
+        : { x: 0, y: 0, "dominant-baseline": "central", style: `font-size: ${colFont}px`,
+            transform: `translate(${rowW + i * pitch + pitch / 2 - 0.5},${colH - 6}) rotate(-90)` };
+      const g = svgEl("g", { class: "atv-tok", "data-side": side, "data-index": i });
+      const t = svgEl("text", attrs, cut(word));
+      if (cut(word) !== word) t.appendChild(svgEl("title", {}, word));
+      g.appendChild(t);
+      g.addEventListener("pointerenter", () => state.pinned || hover(side, i, null));
+      g.addEventListener("click", () => pin(side, i, null));
+      svg.appendChild(g);
+      return g;
+    };
+    const q = qs.map((w, i) => label(w, "q", i));
+    const k = ks.map((w, j) => label(w, "k", j));
+    const band = svgEl("g", { class: "atv-bands" });
+    svg.appendChild(band);
+    svg.onpointerleave = () => state.pinned || hover(null);
+    view = { qs, ks, grid, q, k, band, rowW, colH, pitch };
+    const h = state.hover; // a pinned selection stays if it still exists
+    const keep = h && state.pinned && h.i < (h.side === "q" ? qs : ks).length &&
+      (h.cell === null || h.cell < (h.side === "q" ? ks : qs).length);
     if (!keep) state.pinned = false;
-    hover(keep ? h.side : null, keep ? h.i : 0);
+    if (keep) hover(h.side, h.i, h.cell);
+    else hover(null);
   }
 
-  // Highlight one word's row (query) or column (key) and write the weights beside the
-  // words at the other end, one slot per head shown, each in its head's colour.
-  function hover(side, i) {
+  // The selection: a query (row), a key (column), or a cell (its row, one key marked).
+  function hover(side, i, cell) {
     const v = view;
-    v.labels.textContent = "";
-    svg.querySelectorAll(".atv-on, .atv-active").forEach((e) => e.classList.remove("atv-on", "atv-active"));
-    for (const t of [...v.q, ...v.k]) t.bg.removeAttribute("style");
-    state.hover = side ? { side, i } : null;
+    v.band.textContent = "";
+    svg.querySelectorAll(".atv-active").forEach((e) => e.classList.remove("atv-active"));
+    state.hover = side ? { side, i, cell: cell === undefined ? null : cell } : null;
     root.dataset.hover = side ? side + i : "";
+    root.dataset.cell = side && cell !== null && cell !== undefined ? `${i},${cell}` : "";
     root.dataset.pinned = state.pinned ? "1" : "";
-    svg.classList.toggle("atv-focus", Boolean(side));
-    if (!side) return;
-    (side === "q" ? v.byRow : v.byCol)[i].forEach((line) => line.classList.add("atv-on"));
-    (side === "q" ? v.q : v.k)[i].g.classList.add("atv-active");
-    const others = side === "q" ? v.k : v.q;
-    const best = others.map(() => ({ w: 0, h: 0 }));
-    v.heads.forEach((h, slot) => {
-      // Query hovered: numbers right of the keys; key hovered: left of the queries.
-      const x = side === "q" ? v.xK + v.kW + slot * SLOT + 4
-        : v.xQ - v.qW - v.slots + (slot + 1) * SLOT - 4;
-      const anchor = side === "q" ? "start" : "end";
-      v.labels.appendChild(svgEl("text", { x, y: TOP - 8, "text-anchor": anchor,
-        fill: color(h), class: "atv-slot" }, `h${h + 1}`));
-      others.forEach((_, o) => {
-        const [qi, kj] = side === "q" ? [i, o] : [o, i];
-        const w = weight(h, qi, kj);
-        if (w > best[o].w) best[o] = { w, h };
-        if (w < MIN_LABEL) return;
-        const label = svgEl("text", { x, y: v.y(o), "text-anchor": anchor,
-          "dominant-baseline": "central", fill: color(h), class: "atv-w",
-          "data-weight": String(w), "data-head": h, "data-query": qi, "data-key": kj },
-          w.toFixed(2));
-        v.labels.appendChild(label);
-      });
-    });
-    others.forEach((t, o) => {
-      if (best[o].w >= MIN_LINE) {
-        t.bg.style.fill = color(best[o].h);
-        t.bg.style.fillOpacity = (0.6 * best[o].w).toFixed(3);
-      }
-    });
+    readout.textContent = "";
+    if (!side) {
+      readout.append(el("span", { class: "atv-hint" },
+        "Hover or tap a cell, or a word, to read its weights here."));
+      return;
+    }
+    const n = side === "q" ? v.ks.length : v.qs.length;
+    const box = side === "q"
+      ? { x: v.rowW, y: v.colH + i * v.pitch, width: n * v.pitch, height: v.pitch }
+      : { x: v.rowW + i * v.pitch, y: v.colH, width: v.pitch, height: n * v.pitch };
+    v.band.appendChild(svgEl("rect", Object.assign({ class: "atv-band" }, box, {
+      x: box.x - 1, y: box.y - 1, width: box.width + 1, height: box.height + 1 })));
+    if (cell !== null && cell !== undefined) {
+      v.band.appendChild(svgEl("rect", { class: "atv-band atv-band-cell",
+        x: v.rowW + cell * v.pitch - 1, y: v.colH + i * v.pitch - 1,
+        width: v.pitch + 1, height: v.pitch + 1 }));
+      v.k[cell].classList.add("atv-active");
+    }
+    (side === "q" ? v.q : v.k)[i].classList.add("atv-active");
+    const word = (side === "q" ? v.qs : v.ks)[i];
+    const who = state.head === "avg" ? "average of the heads" : `head ${state.head + 1}`;
+    if (cell !== null && cell !== undefined) {
+      const w = weight(state.head, i, cell);
+      readout.append(el("span", { class: "atv-cellw" }, `“${word}” → “${v.ks[cell]}”: `),
+        el("b", { class: "atv-cell-weight", "data-weight": String(w) }, w.toFixed(2)),
+        el("br"));
+    }
+    readout.append(el("span", { class: "atv-what" }, side === "q"
+      ? `Query ${i + 1} “${word}” (row ${i + 1}, ${who}) draws on:`
+      : `Key ${i + 1} “${word}” (column ${i + 1}, ${who}) is drawn on by:`));
+    const items = [];
+    for (let o = 0; o < n; o++) {
+      const [qi, kj] = side === "q" ? [i, o] : [o, i];
+      const w = weight(state.head, qi, kj);
+      if (w >= MIN_LABEL) items.push({ o, qi, kj, w });
+    }
+    items.sort((a, b) => b.w - a.w || a.o - b.o);
+    for (const it of items) {
+      const pair = el("span", { class: "atv-pair" + (it.o === cell ? " atv-marked" : "") });
+      pair.append(el("span", { class: "atv-word" }, (side === "q" ? v.ks : v.qs)[it.o]), " ",
+        el("span", { class: "atv-w", "data-weight": String(it.w), "data-head": String(state.head),
+          "data-query": it.qi, "data-key": it.kj }, it.w.toFixed(2)));
+      readout.append(" ", pair);
+    }
+    if (!items.length) readout.append(" nothing (every weight below 0.005).");
   }
 
-  function pin(side, i) {
-    const same = state.hover && state.hover.side === side && state.hover.i === i;
+  function pin(side, i, cell) {
+    const h = state.hover;
+    const same = h && h.side === side && h.i === i && h.cell === cell;
     state.pinned = !(state.pinned && same);
-    hover(side, i);
+    hover(side, i, cell);
   }
+
+  // Keyboard: a cursor cell on the map.
+  svg.addEventListener("keydown", (e) => {
+    const v = view;
+    const h = state.hover && state.hover.side === "q" ? state.hover : { i: 0, cell: -1 };
+    let i = h.i, j = h.cell === null ? 0 : h.cell;
+    const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    if (moves[e.key]) {
+      e.preventDefault();
+      if (!state.hover || state.hover.side !== "q") return hover("q", 0, 0); // start
+      i = Math.max(0, Math.min(v.qs.length - 1, i + moves[e.key][0]));
+      j = Math.max(0, Math.min(v.ks.length - 1, (j < 0 ? 0 : j) + moves[e.key][1]));
+      hover("q", i, j);
+    } else if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      pin("q", i, Math.max(0, j));
+    } else if (e.key === "Escape") {
+      state.pinned = false;
+      hover(null);
+    }
+  });
+  svg.addEventListener("blur", () => state.pinned || hover(null));
 
   // ---------------------------------------------------------------- start
-  inflate().then((data) => {
-    bytes = data;
-    index();
-    root.querySelector(".atv-fallback").remove();
-    root.append(controls, caption, scroll);
+  return load().then(() => {
+    const fallback = root.querySelector(".atv-fallback");
+    if (fallback) fallback.remove();
+    root.append(controls, caption, legend, help, scale, figure, readout);
     render();
+    // Redraw when the width changes (a phone turned; a deep dive opened: a view in a
+    // closed <details> has no width until then).
+    let lastWidth = root.clientWidth;
+    const watcher = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => {
+      if (root.clientWidth !== lastWidth && root.clientWidth > 0) {
+        lastWidth = root.clientWidth;
+        draw();
+      }
+    });
+    if (watcher) watcher.observe(root);
+    root._atvStop = () => watcher && watcher.disconnect();
     root.dataset.ready = "1";
+    return {
+      element: root,
+      state: () => Object.assign({}, state),
+      set,
+      hover: (side, i, cell) => hover(side, i, cell === undefined ? null : cell),
+    };
   }).catch((err) => {
-    root.querySelector(".atv-fallback").textContent = `Attention view failed: ${err.message}`;
+    const fallback = root.querySelector(".atv-fallback") || root.appendChild(el("p", {}));
+    fallback.textContent = `Attention view failed: ${err.message}`;
     console.error(err);
+    if (typeof target !== "string") throw err; // a caller of the entry point hears of it
   });
 }

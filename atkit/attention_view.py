@@ -1,16 +1,27 @@
 """An interactive attention view for a notebook output and for the static page.
 
-`AttentionView(sentences)` draws, in the style of bertviz's head view, the encoder
-self-attention, decoder self-attention and decoder-source attention of a sentence pair:
-queries on the left, keys on the right, one line per (query, key) whose opacity is the
-weight, one colour per head. The reader picks sentence, kind, layer and head (or all
-heads); hovering a word shows the weights of its row (a query) or of its column (a
-key), and a click pins it. The output is one HTML fragment: markup, a small inline
-script (`attention_view.js`) and style (`attention_view.css`) read from this package,
-and the weights quantised to bytes, deflated and base64-encoded in a JSON element. It
+`AttentionView(sentences)` shows the encoder self-attention, decoder self-attention and
+decoder-source attention of a few sentence pairs as a heatmap of one head: rows are the
+queries, columns the keys, one cell per (query, key), darker for a larger weight, with
+a legend that says what rows and columns are for the kind shown and a colour scale. It
+opens on one head (by default head 1 of the last layer's decoder-source attention); the
+reader picks sentence, kind, layer and head, or the average of the heads. Hovering or
+tapping a cell or a row's word lists that query's weights, sorted, under the map; a
+column's word, the weights on that key; a click pins it; the keyboard moves a cursor
+over the map. The output is one HTML fragment: markup, a small inline script
+(`attention_view.js`) and style (`attention_view.css`) read from this package, and
+the weights quantised to bytes, deflated and base64-encoded in a JSON element. It
 needs no server, no CDN and no require.js, so the same text works as a Jupyter or Colab
 output (`_repr_html_`) and on the rendered page; several views on one page are
 independent (one unique id each, no global names).
+
+For a page that computes weights in the browser (an in-page translator), the same
+script has one entry point: include `assets()` once (the style, and the script, which
+then defines the global function `atkitAttentionView`), and call
+`atkitAttentionView(element, spec)` with an object shaped like `AttentionView.spec()`,
+or with the weights as nested arrays instead of bytes; `attention_view.js`'s header
+documents it. It returns a promise of a controller and can be called again on the same
+element for a new sentence.
 
 Libraries weighed. bertviz's head view is the model for this one, but its output loads
 require.js, d3 5.7.0 and jQuery 2.0.0 from cdnjs.cloudflare.com (`head_view.py`: the
@@ -22,7 +33,7 @@ and Vega-Embed bundles inlined (`chart.save(..., inline=True)`, about 1 MB), whi
 alone would take the page's whole budget of 1 MB. Plotly's offline HTML inlines
 plotly.js (over 3 MB), and
 ipywidgets need a running kernel, so nothing would work on the static page. Hence this
-small script of our own (16 KB with its style, per view) plus the data.
+small script of our own (about 20 KB with its style, per view) plus the data.
 """
 
 from __future__ import annotations
@@ -38,7 +49,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AttentionView", "KINDS", "decode", "sentence"]
+__all__ = [
+    "AttentionView",
+    "KINDS",
+    "assets",
+    "decode",
+    "refresh",
+    "script",
+    "sentence",
+    "style",
+]
 
 KINDS = ("encoder", "decoder", "cross")
 # (rows, columns) of each kind: queries x keys, "src" or "tgt" tokens.
@@ -120,6 +140,9 @@ class AttentionView:
 
     `levels`: weights are stored as round(w * levels) in one byte (255: within 0.002).
     `compress`: deflate the bytes (the browser inflates them with DecompressionStream).
+    `kind`, `layer`, `head`: what the view opens on: the kind of attention (one of
+    KINDS), the layer (counted from 1; default the last) and the head (counted from 1,
+    or "average" for the mean of the heads).
     """
 
     def __init__(
@@ -128,6 +151,9 @@ class AttentionView:
         *,
         levels: int = 255,
         compress: bool = True,
+        kind: str = "cross",
+        layer: int | None = None,
+        head: int | str = 1,
     ):
         if isinstance(sentences, Mapping):
             sentences = [sentences]
@@ -140,6 +166,24 @@ class AttentionView:
         self.heads: int | None = None
         self.layers: dict[str, int] = {}
         self.sentences = [self._validate(i, s) for i, s in enumerate(sentences)]
+        self.start = self._start(kind, layer, head)
+
+    def _start(self, kind: str, layer: int | None, head: int | str) -> dict:
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r}: must be one of {list(KINDS)}")
+        n = self.layers["encoder" if kind == "encoder" else "decoder"]
+        layer = n if layer is None else layer
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= n:
+            raise ValueError(f"layer={layer!r}: must be in 1..{n} (counted from 1)")
+        if head == "average":
+            return {"kind": kind, "layer": layer - 1, "head": "avg"}
+        ok = isinstance(head, int) and not isinstance(head, bool)
+        if not ok or not 1 <= head <= self.heads:
+            raise ValueError(
+                f"head={head!r}: must be in 1..{self.heads} (counted from 1) or "
+                "'average'"
+            )
+        return {"kind": kind, "layer": layer - 1, "head": head - 1}
 
     @classmethod
     def from_maps(
@@ -232,6 +276,7 @@ class AttentionView:
                 "cross": self.layers["decoder"],
             },
             "encoding": "deflate" if self.compress else "raw",
+            "start": self.start,
             "sentences": [
                 {"label": s["label"], "src": s["src"], "tgt": s["tgt"]}
                 for s in self.sentences
@@ -241,22 +286,11 @@ class AttentionView:
 
     def html(self) -> str:
         """The view as one self-contained HTML fragment (a new element id each call)."""
-        uid = "atv-" + uuid.uuid4().hex[:12]
         data = json.dumps(self.spec(), ensure_ascii=False, separators=(",", ":"))
         # Inside <script>, "</script>" or "<!--" in a token would end the element.
         data = data.replace("<", "\\u003c").replace(">", "\\u003e")
         data = data.replace("&", "\\u0026")
-        css = (_HERE / "attention_view.css").read_text(encoding="utf-8")
-        js = (_HERE / "attention_view.js").read_text(encoding="utf-8")
-        return (
-            f'<div class="atv" id="{uid}" data-atkit="attention-view">'
-            f"<style>{css}</style>"
-            f'<script type="application/json" class="atv-data">{data}</script>'
-            '<p class="atv-fallback">Interactive attention view: it needs JavaScript. '
-            "Run the cell (or trust the notebook) to see it.</p></div>\n"
-            f'<script>(function () {{\n{js}\natkitAttentionView("{uid}");\n}})();'
-            "</script>"
-        )
+        return _fragment("atv-" + uuid.uuid4().hex[:12], data)
 
     def _repr_html_(self) -> str:
         return self.html()
@@ -267,6 +301,54 @@ class AttentionView:
             f"N={self.layers['encoder']}/{self.layers['decoder']} layers, "
             f"h={self.heads} heads)"
         )
+
+
+def _fragment(uid: str, data: str) -> str:
+    """A view's HTML: its root, style, data (JSON text, escaped for <script>) and
+    script."""
+    return (
+        f'<div class="atv" id="{uid}" data-atkit="attention-view">'
+        f"<style>{style()}</style>"
+        f'<script type="application/json" class="atv-data">{data}</script>'
+        '<p class="atv-fallback">Interactive attention view: it needs JavaScript. '
+        "Run the cell (or trust the notebook) to see it.</p></div>\n"
+        f'<script>(function () {{\n{script()}\natkitAttentionView("{uid}");\n}})();'
+        "</script>"
+    )
+
+
+_VIEW_RE = re.compile(
+    r'<div class="atv" id="(?P<uid>atv-[0-9a-f]+)" data-atkit="attention-view">'
+    r"<style>.*?</style>"
+    r'<script type="application/json" class="atv-data">(?P<data>.*?)</script>'
+    r".*?</div>\n<script>\(function \(\) \{\n.*?"
+    r'\natkitAttentionView\("(?P=uid)"\);\n\}\)\(\);</script>',
+    re.DOTALL,
+)
+
+
+def refresh(html: str) -> str:
+    """The same output with each view's style and script replaced by this version's
+    (the weights and element ids kept): a page rendered from a notebook saved by an
+    older atkit shows the current view. Other HTML is left as it is."""
+    return _VIEW_RE.sub(lambda m: _fragment(m.group("uid"), m.group("data")), html)
+
+
+def script() -> str:
+    """The view's script: it defines `atkitAttentionView(target, spec)` (documented in
+    its header). Run at a page's top level, that name is global."""
+    return (_HERE / "attention_view.js").read_text(encoding="utf-8")
+
+
+def style() -> str:
+    """The view's style sheet (every rule scoped to `.atv`)."""
+    return (_HERE / "attention_view.css").read_text(encoding="utf-8")
+
+
+def assets() -> str:
+    """The style and the script, for a page that draws views from its own JavaScript
+    with `atkitAttentionView(element, spec)`; include it once."""
+    return f"<style>{style()}</style>\n<script>\n{script()}</script>"
 
 
 def _default_label(src: list[str], tgt: list[str], width: int = 70) -> str:

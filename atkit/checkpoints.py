@@ -12,13 +12,20 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from pathlib import Path
 
 import torch
 
-from atkit.files import FolderLock, atomic_open, check_writable, writable_folder
+from atkit.files import (
+    FolderLock,
+    atomic_open,
+    check_writable,
+    raise_if_disk_full,
+    writable_folder,
+)
 
 CHECKPOINT_FORMAT = "annotated-transformer/3"
 
@@ -27,26 +34,41 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file."""
 
 
+def _serialized(state: dict) -> memoryview:
+    """The bytes torch.save writes for `state`. Serialising to memory first means a
+    full disk shows as the operating system's own error (ENOSPC) at the write, not
+    as a message from inside torch's zip writer that never says "disk"."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getbuffer()
+
+
+def _write(data: memoryview, path: Path, previous: str | None) -> int:
+    try:
+        with atomic_open(path, "wb") as f:
+            f.write(data)
+            f.flush()  # a full disk shows here, before the old file is moved aside
+            os.fsync(f.fileno())
+            if previous is not None and path.exists():  # complete and on disk
+                os.replace(path, path.with_name(previous))
+    except OSError as err:
+        kept = f"{path.name} is as it was"
+        raise_if_disk_full(err, path, "the checkpoint", kept=kept)
+        raise
+    return len(data)
+
+
 def save_checkpoint(state: dict, path) -> int:
-    """Write `state` to `path` atomically; returns the bytes written."""
-    with atomic_open(path, "wb") as f:
-        torch.save(state, f)
-        return f.tell()
+    """Write `state` to `path` atomically; returns the bytes written. On a full disk
+    the file at `path`, if any, is left as it was (DiskFullError says so)."""
+    return _write(_serialized(state), Path(path), None)
 
 
 def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
     """Write `state` to `path` atomically; the file it replaces becomes `previous`
     (beside it), so a damaged newest file still leaves one to resume from. Returns
     the bytes written."""
-    path = Path(path)
-    with atomic_open(path, "wb") as f:
-        torch.save(state, f)
-        written = f.tell()
-        f.flush()  # a full disk shows here, before the old file is moved aside
-        os.fsync(f.fileno())
-        if path.exists():  # the new file is complete and on disk: rotate
-            os.replace(path, path.with_name(previous))
-    return written
+    return _write(_serialized(state), Path(path), previous)
 
 
 def load_checkpoint(path) -> dict:
@@ -79,8 +101,29 @@ def make_checkpoint(model, cfg, vocab_src, vocab_tgt, **extra) -> dict:
     }
 
 
+def format_origin(state) -> str:
+    """Who wrote a checkpoint of another format, in words."""
+    found = state.get("format") if isinstance(state, dict) else None
+    prefix, _, version = str(found).rpartition("/")
+    ours = int(CHECKPOINT_FORMAT.rpartition("/")[2])
+    if prefix == CHECKPOINT_FORMAT.rpartition("/")[0] and version.isdigit():
+        if int(version) > ours:
+            return "a newer version of this notebook wrote it; update your copy"
+        return "an older version of this notebook wrote it; train the run again"
+    return "it is not a checkpoint of this notebook"
+
+
 def check_format(ckpt, where: str) -> dict:
     keys = {"format", "config", "vocab_src", "vocab_tgt", "model"}
+    if (
+        isinstance(ckpt, dict)
+        and "format" in ckpt
+        and ckpt["format"] != CHECKPOINT_FORMAT
+    ):
+        raise CheckpointError(
+            f"{where} is in format {ckpt['format']!r}, this notebook reads "
+            f"{CHECKPOINT_FORMAT!r}: {format_origin(ckpt)}"
+        )
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         found = sorted(ckpt)[:8] if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError(
@@ -103,9 +146,10 @@ def same_run(paths, states, may_differ=()) -> None:
     vocabularies."""
     states = [
         {**s, "config": {k: v for k, v in s["config"].items() if k not in may_differ}}
-        if isinstance(s.get("config"), dict) else s
+        if isinstance(s.get("config"), dict)
+        else s
         for s in states
-    ]  # fmt: skip
+    ]
     first = states[0]
     for path, state in zip(paths[1:], states[1:], strict=True):
         for key, what in (
@@ -122,6 +166,61 @@ def same_run(paths, states, may_differ=()) -> None:
                     f"{path} and {paths[0]} come from different runs: their {what} "
                     f"differ{diff}; average checkpoints of one run only"
                 )
+
+
+def as_state_dict(checkpoint) -> dict:
+    """A model state dict from a path, a state dict or a notebook checkpoint."""
+    if isinstance(checkpoint, str | Path):
+        checkpoint = load_checkpoint(checkpoint)
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"expected a path or a dict, got {type(checkpoint).__name__}")
+    model = checkpoint.get("model")
+    return model if isinstance(model, dict) else checkpoint
+
+
+def states_to_average(sources, free_on_resume=lambda config: set()) -> list[dict]:
+    """The model state dicts of checkpoints (paths, notebook checkpoints or state
+    dicts) that can be averaged: at least one; one run's (the same settings, those
+    `free_on_resume(config)` names aside, and vocabularies, where the notebook's
+    format records them); the same keys, shapes and dtypes. Else an error that says
+    which checkpoint differs."""
+    if isinstance(sources, str | Path | dict):
+        raise TypeError(
+            "average_checkpoints takes a list of checkpoints (paths or state dicts), "
+            "not a single one"
+        )
+    sources = list(sources)
+    loaded = [load_checkpoint(c) if isinstance(c, str | Path) else c for c in sources]
+    runs = [
+        (i, c) for i, c in enumerate(loaded) if isinstance(c, dict) and "config" in c
+    ]
+    if len(runs) > 1:
+        names = [
+            str(sources[i]) if isinstance(sources[i], str | Path) else f"checkpoint {i}"
+            for i, _ in runs
+        ]
+        states = [c for _, c in runs]
+        same_run(names, states, may_differ=free_on_resume(states[0]["config"]))
+    states = [as_state_dict(c) for c in loaded]
+    if not states:
+        raise ValueError("average_checkpoints needs at least one checkpoint")
+    first = states[0]
+    for i, state in enumerate(states[1:], start=1):
+        if state.keys() != first.keys():
+            diff = sorted(set(state) ^ set(first))[:5]
+            raise ValueError(f"checkpoint {i} has other keys than checkpoint 0: {diff}")
+        for name, value in state.items():
+            ref = first[name]
+            same = not torch.is_tensor(ref) or (
+                torch.is_tensor(value)
+                and (value.shape, value.dtype) == (ref.shape, ref.dtype)
+            )
+            if not same:
+                raise ValueError(
+                    f"checkpoint {i} does not match checkpoint 0 at {name!r}: "
+                    "different architectures cannot be averaged"
+                )
+    return states
 
 
 def _equal(a, b) -> bool:
@@ -162,6 +261,13 @@ def check_ckpt_dir(ckpt_dir) -> Path:
     if ckpt_dir is None or str(ckpt_dir) in ("", "."):
         raise ValueError("ckpt_dir is empty: give a folder for this run's checkpoints")
     ckpt_dir = Path(ckpt_dir)
+    try:
+        ckpt_dir.exists()
+    except OSError as err:  # a name too long for the file system, say
+        raise NotADirectoryError(
+            f"ckpt_dir {ckpt_dir} cannot be a folder ({err.strerror or err}); give "
+            "another path"
+        ) from err
     if ckpt_dir.exists() and not ckpt_dir.is_dir():
         raise NotADirectoryError(f"ckpt_dir {ckpt_dir} is a file; give a folder")
     if ckpt_dir.is_dir() and not os.access(ckpt_dir, os.R_OK):
@@ -171,14 +277,20 @@ def check_ckpt_dir(ckpt_dir) -> Path:
             f"ckpt_dir {ckpt_dir} cannot be read (no permission to list it); allow "
             "reading it (chmod u+r) or give another folder"
         )
+    for name in ("last.pt", "prev.pt"):
+        if (ckpt_dir / name).is_dir():
+            raise CheckpointError(
+                f"{ckpt_dir / name} is a folder where the run keeps a checkpoint "
+                "file; move it out of the way (or give another ckpt_dir)"
+            )
     return check_writable(ckpt_dir, "ckpt_dir")
 
 
 def prepare_ckpt_dir(ckpt_dir) -> Path:
     """Create the folder and make sure files can be written in it; call with its lock
     held: then the `*.tmp` files in it are leftovers of a killed save of this run,
-    never another run's write in flight."""
-    ckpt_dir = writable_folder(check_ckpt_dir(ckpt_dir), "ckpt_dir")
+    never another run's write in flight. `check_ckpt_dir` has vetted it."""
+    ckpt_dir = writable_folder(ckpt_dir, "ckpt_dir")
     for pattern in (".*.pt.*.tmp", ".write-test.*.tmp"):  # a killed save's or probe's
         for orphan in ckpt_dir.glob(pattern):
             orphan.unlink()
@@ -213,9 +325,8 @@ def resume_state(ckpt_dir: Path, log=print):
                 state = load_checkpoint(path)
                 if state.get("format") != CHECKPOINT_FORMAT:
                     raise CheckpointError(
-                        f"{path} is in format {state.get('format')!r}, "
-                        f"this notebook writes {CHECKPOINT_FORMAT!r} (an older "
-                        "version of it wrote the file)"
+                        f"{path} is in format {state.get('format')!r}, this notebook "
+                        f"reads {CHECKPOINT_FORMAT!r}: {format_origin(state)}"
                     )
                 missing = [k for k in TRAINING_STATE if k not in state]
                 if missing:

@@ -119,15 +119,19 @@ def download_verified(
                     if time.monotonic() >= report:
                         report = time.monotonic() + every_s
                         of = f" of {size / 1e6:.2f}" if size else ""
-                        log(f"  {dest.name}: {got / 1e6:.2f}{of} MB after "
-                            f"{time.monotonic() - start:.0f} s")  # fmt: skip
+                        log(
+                            f"  {dest.name}: {got / 1e6:.2f}{of} MB after "
+                            f"{time.monotonic() - start:.0f} s"
+                        )
         digest = sha256sum(Path(tmp))
         if digest != sha256:
             raise ValueError(f"sha256 of {url} is {digest}, expected {sha256}")
         os.replace(tmp, dest)
         of = f" of {size / 1e6:.1f} MB" if size else ""
-        log(f"downloaded {dest.name}: {got / 1e6:.1f} MB{of} in "
-            f"{time.monotonic() - start:.1f} s")  # fmt: skip
+        log(
+            f"downloaded {dest.name}: {got / 1e6:.1f} MB{of} in "
+            f"{time.monotonic() - start:.1f} s"
+        )
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -161,10 +165,13 @@ def verified_folder(root) -> Path:
                 unreadable.append(f"{name} ({err.strerror or err})")
         problem = "; ".join(
             f"{what} {names}"
-            for what, names in (("missing", missing), ("unreadable", unreadable),
-                                ("corrupted", corrupted))
+            for what, names in (
+                ("missing", missing),
+                ("unreadable", unreadable),
+                ("corrupted", corrupted),
+            )
             if names
-        )  # fmt: skip
+        )
     if problem:
         raise DataUnavailableError(
             f"{root}: {problem}. Point {MULTI30K_ENV} (or root=) at a folder with the "
@@ -193,7 +200,14 @@ def fetch_multi30k(
     check_setting("fetch_multi30k", "deadline_s", deadline_s, float, above=0)
     base_url = base_url or MULTI30K_URL
     root = Path(cache_dir) if cache_dir else multi30k_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataUnavailableError(
+            f"the download cache {root} cannot be created ({err.strerror or err}); "
+            f"set XDG_CACHE_HOME to a folder you may write, or {MULTI30K_ENV} to a "
+            "folder that holds the Multi30k files"
+        ) from err
     deadline = time.monotonic() + deadline_s
     failed = {}
     with FolderLock(root, "download of Multi30k").acquire(wait_s=deadline_s):
@@ -212,14 +226,20 @@ def fetch_multi30k(
             log(f"downloading {name} from {base_url}")
             try:
                 download_verified(
-                    f"{base_url}/{name}", path, digest, timeout=timeout,
-                    deadline=deadline, log=log,
-                )  # fmt: skip
+                    f"{base_url}/{name}",
+                    path,
+                    digest,
+                    timeout=timeout,
+                    deadline=deadline,
+                    log=log,
+                )
             except (OSError, ValueError) as err:  # URLError, TimeoutError: OSErrors
                 failed[name] = err
     if failed:
-        why = {k: v if isinstance(v, str) else f"{type(v).__name__}: {v}"
-               for k, v in failed.items()}  # fmt: skip
+        why = {
+            k: v if isinstance(v, str) else f"{type(v).__name__}: {v}"
+            for k, v in failed.items()
+        }
         raise DataUnavailableError(
             f"could not download {sorted(failed)} from {base_url} into {root} "
             f"(timeout={timeout} s per wait, deadline_s={deadline_s} s in all): "
@@ -234,11 +254,18 @@ def data_root(root=None) -> Path:
     if root is None:
         return fetch_multi30k()
     root = Path(root).expanduser()
+    try:
+        resolved = root.resolve()
+    except (RuntimeError, OSError) as err:  # a loop of symbolic links
+        raise DataUnavailableError(
+            f"{root}: {err}; point {MULTI30K_ENV} (or root=) at a real folder with "
+            "the Multi30k task-1 raw files"
+        ) from err
     stamp = tuple(
         (p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None
         for p in (root / n for n in MULTI30K_SHA256)
     )
-    return _verified(str(root.resolve()), stamp)
+    return _verified(str(resolved), stamp)
 
 
 def read_split(split: str, root=None) -> tuple[list[str], list[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 import time
@@ -52,12 +53,6 @@ def write_text_atomic(path, text: str, *, fsync: bool = True) -> None:
     """Write `text` to `path` atomically (see `atomic_open`)."""
     with atomic_open(path, "w", fsync=fsync) as f:
         f.write(text)
-
-
-def write_bytes_atomic(path, data: bytes, *, fsync: bool = True) -> None:
-    """Write `data` to `path` atomically (see `atomic_open`)."""
-    with atomic_open(path, "wb", fsync=fsync) as f:
-        f.write(data)
 
 
 def check_writable(folder, what: str = "folder") -> Path:
@@ -125,45 +120,57 @@ class FolderBusyError(RuntimeError):
     """Another process holds the folder's lock; the message names it."""
 
 
+class DiskFullError(OSError):
+    """A write failed because the disk (or the user's quota) is full; the message
+    names the file and says what was kept."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def disk_full(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def raise_if_disk_full(err: BaseException, path, what: str, kept: str = "") -> None:
+    """Raise DiskFullError naming `path` (and what was `kept`) when `err` is a full
+    disk or quota."""
+    if disk_full(err):
+        kept = f"; {kept}" if kept else ""
+        raise DiskFullError(
+            err.errno,
+            f"the disk is full: {what} {path} could not be written ({err.strerror})"
+            f"{kept}; free some space (or give a folder on another disk) and run "
+            "again",
+        ) from err
+
+
 class FolderLock:
     """An exclusive lock on a folder, held through an open file (`.lock` inside it).
 
     The kernel releases the lock when the holder's process ends, however it ends (a
     killed run leaves no stale lock behind); the file itself stays and only records
-    who held it last, for the error message. It keeps other processes out; within the
-    process that holds it, taking it again succeeds (the command line holds its run's
-    folder from before `--fresh` to the results, and `train` takes it too).
+    who held it last, for the error message. One holder at a time, this process
+    included: taking a lock that is held already is an error.
     """
-
-    _held: dict[str, list] = {}  # this process's locks: folder -> [file, depth]
 
     def __init__(self, folder, what: str = "folder"):
         self.path = Path(folder) / ".lock"
         self.what = what
-        self._key = None
+        self._file = None
 
     def acquire(self, wait_s: float = 0.0) -> FolderLock:
-        """Take the lock; if another process holds it, wait up to `wait_s` seconds
-        for it, then raise FolderBusyError naming the holder."""
+        """Take the lock; if another holder has it, wait up to `wait_s` seconds for
+        it, then raise FolderBusyError naming the holder."""
         import fcntl
 
-        if self._key is not None:
+        if self._file is not None:
             raise RuntimeError(f"{self.path}: this FolderLock is held already")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise PermissionError(
-                f"the folder of the {self.what}, {self.path.parent}, cannot be "
-                f"created ({err.strerror or err}); give a folder that can be written"
-            ) from err
-        try:
-            key = str(self.path.resolve())
-            if key in FolderLock._held:  # this process holds it already
-                FolderLock._held[key][1] += 1
-                self._key = key
-                return self
             f = open(self.path, "a+")  # noqa: SIM115 (kept open while it is held)
         except OSError as err:
+            raise_if_disk_full(err, self.path, f"the lock of a {self.what}")
             raise PermissionError(
                 f"{self.path.parent} cannot hold the lock of a {self.what} "
                 f"({self.path}: {err.strerror or err}); give a folder that can be "
@@ -187,27 +194,27 @@ class FolderLock:
                     f"{self.what} at a time. Wait for it to finish, stop it, or use "
                     "another folder."
                 ) from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
-        f.flush()
-        FolderLock._held[key] = [f, 1]
-        self._key = key
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+            f.flush()
+        except OSError as err:
+            with contextlib.suppress(OSError):  # closing flushes again, and fails
+                f.close()
+            raise_if_disk_full(err, self.path, f"the lock of a {self.what}")
+            raise
+        self._file = f
         return self
 
     def release(self) -> None:
-        if self._key is None:
-            return
-        entry = FolderLock._held[self._key]
-        entry[1] -= 1
-        if entry[1] == 0:
-            del FolderLock._held[self._key]
-            entry[0].close()  # closing the file releases the lock
-        self._key = None
+        if self._file is not None:
+            self._file.close()  # closing the file releases the lock
+            self._file = None
 
     def __enter__(self) -> FolderLock:
         # `with FolderLock(f).acquire(wait_s=...)`: taken already, by that call
-        return self if self._key is not None else self.acquire()
+        return self if self._file is not None else self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()

@@ -8,9 +8,10 @@ from __future__ import annotations
 import inspect
 
 
-def check_search(owner: str, search) -> None:
+def check_search(owner: str, search, searches: dict) -> None:
     """A search is called as search(model, src, src_mask, max_len, start, end,
-    stepper=...): greedy_decode, or what Part 4's beam(4, 0.6) returns."""
+    stepper=...): what make_search(name, ...) returns for a name in `searches` (the
+    notebook's SEARCHES)."""
     name = getattr(search, "__name__", type(search).__name__)
     try:
         params = inspect.signature(search).parameters.values()
@@ -19,16 +20,18 @@ def check_search(owner: str, search) -> None:
     if params is not None and not any(
         p.name == "stepper" or p.kind is p.VAR_KEYWORD for p in params
     ):
+        makers = " or ".join(f"make_search({n!r})" for n in searches)
         raise TypeError(
             f"{owner}: search={name} is not a decoding function (it takes no "
-            "stepper); pass greedy_decode or a beam search such as beam(4, 0.6), "
-            "not beam itself"
+            f"stepper); pass {makers}, with the search's options as keywords "
+            "(make_search('beam', beam_size=4, alpha=0.6))"
         )
 
 
-def check_sources(sources, max_len: int) -> None:
-    """Framed source id lists for translate_ids: a non-empty list of non-empty lists,
-    none longer than the model's positional encoding (`max_len`)."""
+def check_sources(sources, max_len: int, vocab_size: int | None = None) -> None:
+    """Framed source id lists for translate_ids: a non-empty list of non-empty lists
+    of ids below `vocab_size`, none longer than the model's positional encoding
+    (`max_len`)."""
     if not isinstance(sources, list) or not all(isinstance(s, list) for s in sources):
         raise TypeError("sources must be a list of id lists")
     if not sources or not all(sources):
@@ -39,6 +42,20 @@ def check_sources(sources, max_len: int) -> None:
             f"a source has {longest} ids; this model's positional "
             f"encoding covers {max_len}"
         )
+    if vocab_size is not None:
+        bad = [
+            (n, i)
+            for n, s in enumerate(sources)
+            for i in s
+            if not isinstance(i, int) or not 0 <= i < vocab_size
+        ]
+        if bad:
+            n, i = bad[0]
+            raise ValueError(
+                f"source {n} holds the id {i!r}, outside this model's vocabulary of "
+                f"{vocab_size} (ids 0 to {vocab_size - 1}); encode text with the "
+                "model's own vocabulary (vocab.encode)"
+            )
 
 
 def text_list(texts) -> list[str]:

@@ -1,7 +1,7 @@
 """Starting and ending torchrun's workers, from a notebook or a terminal.
 
 `launch_torchrun` runs `python -m torch.distributed.run` (the `torchrun` command) with
-the kernel's own interpreter; each worker runs `atkit.cli.main`, which imports the
+the kernel's own interpreter; each worker runs `tools.train.main`, which imports the
 module that nbexport.py generates from the notebook, so the workers run the notebook's
 code as it is on disk (edit a cell, launch again: nbexport regenerates the module). A
 function defined in a notebook cell could not be sent to a worker: a fresh interpreter
@@ -37,7 +37,7 @@ from pathlib import Path
 from atkit.settings import check_setting
 
 REPO = Path(__file__).resolve().parents[1]
-WORKER_CODE = "import sys, atkit.cli as cli; sys.exit(cli.main())"
+WORKER_CODE = "import sys; from tools import train; sys.exit(train.main())"
 
 
 def setup_distributed(device="auto", timeout_s=300.0):

@@ -29,7 +29,7 @@ def wrap(text: str, width: int = WIDTH, indent: int | None = None) -> str:
                 subsequent_indent=" " * hang,
                 break_long_words=False,
                 break_on_hyphens=False,
-            )  # fmt: skip
+            )
             if body
             else ""
         )

@@ -11,8 +11,8 @@ module holds that machinery, so that the notebook's loop stays readable:
 * `TrainingRun`, what a run is made of and what it has done so far;
 * `run_folder`, which checks, locks and prepares the folder around a run;
 * `resume` / `restore_run`, which put a saved run back after checking that it was made
-  with the same settings and vocabularies (`resumable` names the settings that may
-  change), and `save_run`, which writes it;
+  with the same settings and vocabularies (the settings that may change say so on
+  their fields: `atkit.settings.setting`), and `save_run`, which writes it;
 * `save_snapshot`, `kept_steps` and `prune_snapshots`: the per-evaluation snapshots,
   of which a run keeps those that checkpoint averaging may need (Part 4).
 
@@ -30,11 +30,16 @@ from pathlib import Path
 import torch
 
 from atkit import checkpoints
-from atkit.settings import ConfigError
+from atkit.settings import ConfigError, check_setting, free_on_resume
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became inf or NaN; the weights are no longer usable."""
+    """The training loss became inf or NaN; the weights are no longer usable. `step`
+    is the first bad step, when known."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
 
 
 # ------------------------------------------------------------------ the run
@@ -42,9 +47,15 @@ class NonFiniteLossError(RuntimeError):
 
 def _new_history() -> dict:
     return dict(
-        steps=[], train_loss=[], val_loss=[], time_s=[], train_time_s=0.0, tokens=0,
-        best_step=None, world_size=1,
-    )  # fmt: skip
+        steps=[],
+        train_loss=[],
+        val_loss=[],
+        time_s=[],
+        train_time_s=0.0,
+        tokens=0,
+        best_step=None,
+        world_size=1,
+    )
 
 
 @dataclass
@@ -66,23 +77,33 @@ class TrainingRun:
         default_factory=lambda: dict(step=0, epoch=0, batch=0, loss=0.0, ntokens=0)
     )
     history: dict = field(default_factory=_new_history)
+    window_s: float = 0.0  # training seconds since the last evaluation
 
 
 @contextlib.contextmanager
-def run_folder(ckpt_dir, world):
-    """Check `ckpt_dir`, hold its lock (one run per folder) and prepare it, on the
-    main process; every process waits until it is ready."""
-    checkpoints.check_ckpt_dir(ckpt_dir)  # before the lock creates anything there
+def run_folder(ckpt_dir, world, fresh=False, log=print):
+    """The one gate of a run's folder: check `ckpt_dir`, hold its lock (one run per
+    folder) on the main process, delete an earlier run's checkpoint files if `fresh`
+    (only those: never the folder or anything else in it), and prepare it; every
+    process waits until it is ready. A bad folder is refused before anything in it
+    is created or removed."""
+    checkpoints.check_ckpt_dir(ckpt_dir)
     lock = checkpoints.run_lock(ckpt_dir) if world.is_main else contextlib.nullcontext()
     with lock:
         if world.is_main:
+            if fresh:
+                removed = checkpoints.remove_run_files(ckpt_dir)
+                if removed:
+                    n = len(removed)
+                    log(f"fresh: removed {n} checkpoint file(s) of an earlier run")
             checkpoints.prepare_ckpt_dir(ckpt_dir)
         world.barrier()
         yield Path(ckpt_dir)
 
 
 def check_max_steps(run: TrainingRun, max_steps) -> None:
-    """`max_steps` (stop early, resumable) must lie beyond the steps already done."""
+    """`max_steps` (stop early, resumable): an integer beyond the steps already done."""
+    check_setting("train", "max_steps", max_steps, int, low=1, optional=True)
     done = run.progress["step"]
     if max_steps is not None and max_steps <= done:
         raise ConfigError(
@@ -104,21 +125,6 @@ def check_lengths(run: TrainingRun) -> None:
 
 # ------------------------------------------------------------------ resuming
 
-RESUMABLE = {"compile", "decode_tokens", "resume_every"}  # they change no number
-# settings that a run of this vocabulary kind never reads
-UNREAD = {"words": {"bpe_size"}, "bpe": {"min_freq"}}
-
-
-def resumable(cfg: dict) -> set[str]:
-    """Settings that a run with config `cfg` (a dict) may change when it resumes:
-    RESUMABLE, those its vocabulary kind never reads (UNREAD), and `steps` without a
-    cool-down (the schedule ignores the total)."""
-    if not isinstance(cfg, dict):
-        return set(RESUMABLE)
-    no_cooldown = cfg.get("cooldown") == 0
-    unread = UNREAD.get(cfg.get("vocab"), set())
-    return RESUMABLE | unread | ({"steps"} if no_cooldown else set())
-
 
 def resume(run: TrainingRun, world, log=print) -> bool:
     """Put back the run saved in run.ckpt_dir, if there is one; True if there was."""
@@ -139,9 +145,8 @@ def _same_vocab(vocab, saved) -> bool:
 
 def restore_run(run: TrainingRun, path, state, world, log=print) -> None:
     """Put the state saved in `path` back into `run`, on each process its own."""
-    changed = checkpoints.changed_settings(
-        state["config"], run.cfg.to_dict(), resumable(state["config"])
-    )
+    free = free_on_resume(type(run.cfg), state["config"])
+    changed = checkpoints.changed_settings(state["config"], run.cfg.to_dict(), free)
     if changed:
         raise ConfigError(
             f"{run.ckpt_dir} holds a run with other settings ({changed}); give "
@@ -192,23 +197,33 @@ def save_run(run: TrainingRun, world) -> int:
     Weights holding inf or NaN are never written over a good last.pt."""
     p = run.progress
     ranks = world.gather(
-        {"rng": checkpoints.rng_state(run.device), "loss": p["loss"],
-         "ntokens": p["ntokens"]}
-    )  # fmt: skip
+        {
+            "rng": checkpoints.rng_state(run.device),
+            "loss": p["loss"],
+            "ntokens": p["ntokens"],
+        }
+    )
     if not world.is_main:
         return 0
     if not all(bool(torch.isfinite(w).all()) for w in run.model.parameters()):
         raise NonFiniteLossError(
             f"the weights hold inf or NaN at step {p['step']}; "
-            f"{run.ckpt_dir / 'last.pt'} was left as it was"
+            f"{run.ckpt_dir / 'last.pt'} was left as it was",
+            step=p["step"],
         )
     scaler = run.precision.scaler
     state = checkpoints.make_checkpoint(
-        run.model, run.cfg, run.data.vocab_src, run.data.vocab_tgt,
-        optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
+        run.model,
+        run.cfg,
+        run.data.vocab_src,
+        run.data.vocab_tgt,
+        optimizer=run.optimizer.state_dict(),
+        scheduler=run.scheduler.state_dict(),
         scaler=scaler.state_dict() if scaler is not None else {},
-        progress=dict(p), history=run.history, ranks=ranks,
-    )  # fmt: skip
+        progress=dict(p),
+        history=run.history,
+        ranks=ranks,
+    )
     return checkpoints.save_rotating(state, run.ckpt_dir / "last.pt", "prev.pt")
 
 
@@ -222,9 +237,13 @@ def save_snapshot(run: TrainingRun, world, val_loss: float) -> int:
         return 0
     step = run.progress["step"]
     snapshot = checkpoints.make_checkpoint(
-        run.model, run.cfg, run.data.vocab_src, run.data.vocab_tgt,
-        step=step, val_loss=val_loss,
-    )  # fmt: skip
+        run.model,
+        run.cfg,
+        run.data.vocab_src,
+        run.data.vocab_tgt,
+        step=step,
+        val_loss=val_loss,
+    )
     return checkpoints.save_checkpoint(snapshot, snapshot_path(run.ckpt_dir, step))
 
 
@@ -272,7 +291,9 @@ def branch_run(src_dir, dst_dir, cfg, step: int, may_differ, log=print) -> bool:
             )
         state = dict(found[1], config=cfg.to_dict())
         changed = checkpoints.changed_settings(
-            found[1]["config"], state["config"], RESUMABLE | set(may_differ)
+            found[1]["config"],
+            state["config"],
+            free_on_resume(type(cfg), found[1]["config"]) | set(may_differ),
         )
         if changed:
             raise ConfigError(
@@ -300,8 +321,10 @@ def share_steps(train_src, src_dir, dst_dir, cfg, step: int, may_differ, log=pri
     found = checkpoints.resume_state(src_dir, log)
     done = 0 if found is None else found[1]["progress"]["step"]
     if done > step:
-        log(f"{Path(dst_dir).name}: {Path(src_dir).name} is past step {step} "
-            f"(at {done}), so it trains from step 0")  # fmt: skip
+        log(
+            f"{Path(dst_dir).name}: {Path(src_dir).name} is past step {step} "
+            f"(at {done}), so it trains from step 0"
+        )
         return False
     if done < step:
         train_src(step)

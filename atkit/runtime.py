@@ -25,10 +25,14 @@ TORCH_WAS_LOADED = "torch" in sys.modules  # then the line above came too late
 
 import torch  # noqa: E402
 
+from atkit.settings import ConfigError  # noqa: E402
+
 PRESET_NAMES = ("ci", "cpu", "gpu")
 PRESET_ENV = "AT_PRESET"
 CHECKPOINTS_ENV = "AT_CHECKPOINTS"
 PROGRESS_ENV = "AT_PROGRESS"
+PRETRAINED_ENV = "AT_PRETRAINED"
+NEEDS_TRAINING = "# needs training"  # the first line of a cell that trains
 
 
 def choose_preset(env=None) -> str:
@@ -36,7 +40,7 @@ def choose_preset(env=None) -> str:
     env = os.environ if env is None else env
     preset = env.get(PRESET_ENV) or ("gpu" if torch.cuda.is_available() else "cpu")
     if preset not in PRESET_NAMES:
-        raise ValueError(
+        raise ConfigError(
             f"{PRESET_ENV}={preset!r} is unknown; use one of {PRESET_NAMES}"
         )
     return preset
@@ -57,7 +61,7 @@ def torch_threads(preset: str, processes: int = 1) -> int:
     """Intra-op threads for one process of a run of `processes` processes: one for the
     tiny `ci` models, else the cores shared among the processes."""
     if preset not in PRESET_NAMES:
-        raise ValueError(f"preset={preset!r} is unknown; use one of {PRESET_NAMES}")
+        raise ConfigError(f"preset={preset!r} is unknown; use one of {PRESET_NAMES}")
     if preset == "ci":
         return 1
     return max(1, cores_available() // max(1, processes))
@@ -82,6 +86,48 @@ def checkpoint_root(preset: str, env=None) -> Path:
     if value:
         check_writable(root, CHECKPOINTS_ENV)
     return root / preset
+
+
+def pretrained(env=None) -> bool:
+    """Whether the reader asked for the committed model instead of training
+    ($AT_PRETRAINED=1; 0 or unset: train)."""
+    env = os.environ if env is None else env
+    value = env.get(PRETRAINED_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(
+            f"{PRETRAINED_ENV}={value!r}: use 1 (load the committed model, train "
+            "nothing) or 0 (train)"
+        )
+    return value == "1"
+
+
+def _skip_training(lines: list[str]) -> list[str]:
+    """IPython input transformer: a cell that trains becomes one printed line."""
+    if lines and lines[0].startswith(NEEDS_TRAINING):
+        return [
+            "print('skipped: PRETRAINED is on (AT_PRETRAINED=1), and this cell trains "
+            "a model or uses one that Parts 3 and 4 train')\n"
+        ]
+    return lines
+
+
+def use_pretrained(flag: bool | None = None) -> bool:
+    """The notebook's switch for readers who cannot train: with `flag` (default:
+    $AT_PRETRAINED) on, every cell whose first line is `# needs training` prints
+    one line instead of running, in this IPython kernel, and Part 6 loads the
+    committed model; off, the cells run. Returns the flag."""
+    flag = pretrained() if flag is None else bool(flag)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return flag
+    shell = get_ipython()
+    if shell is not None:
+        hooks = shell.input_transformers_cleanup
+        hooks[:] = [h for h in hooks if h is not _skip_training]
+        if flag:
+            hooks.append(_skip_training)
+    return flag
 
 
 # ------------------------------------------------------------------ precision
@@ -178,27 +224,38 @@ def compile_works(device) -> tuple[bool, str]:
 # ------------------------------------------------------------------ the Setup cell
 
 
+RUN_MIME = "application/vnd.annotated-transformer.run+json"
+
+
 @dataclass(frozen=True)
 class Runtime:
     preset: str
     device: torch.device
     threads: int
 
+    def machine(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return f"{cores_available()} CPU core(s)"
+
     def __str__(self) -> str:
-        name = (
-            torch.cuda.get_device_name(self.device)
-            if self.device.type == "cuda"
-            else f"{cores_available()} CPU core(s)"
-        )
-        precision, why = auto_precision(self.device)
-        late = " (too late: torch was loaded first; restart)" * TORCH_WAS_LOADED
+        late = " (set too late: torch was loaded first; restart)" * TORCH_WAS_LOADED
         return (
-            f"preset {self.preset} · device {self.device} ({name}) · "
-            f"{self.threads} torch thread(s) · OMP_WAIT_POLICY="
-            f"{os.environ.get('OMP_WAIT_POLICY')}{late}\n"
-            f'precision="auto" here: {precision} ({why}) · torch {torch.__version__}\n'
-            f"checkpoints: {checkpoint_root(self.preset)}/"
+            f"preset {self.preset} · {self.device} ({self.machine()}) · "
+            f"torch {torch.__version__.split('+')[0]}{late}"
         )
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """The Setup cell's output: the line above, and the same facts as data (a
+        type that Jupyter does not show) for tools/readme_results.py to read the
+        committed run's preset from."""
+        facts = {
+            "preset": self.preset,
+            "device": str(self.device),
+            "machine": self.machine(),
+            "torch": torch.__version__.split("+")[0],
+        }
+        return {"text/plain": str(self), RUN_MIME: facts}
 
 
 def setup() -> Runtime:

@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from atkit.resume import UNREAD
+from atkit.settings import unread
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 
@@ -27,27 +27,38 @@ def summary(values: list[float]) -> dict:
     }
 
 
-def same_settings(a: dict, b: dict) -> bool:
-    """Do two RunConfig dicts train the same model, the seed aside? Settings that
-    their vocabulary kind never reads (a word-level run's BPE size) do not count."""
-    if a.get("vocab") != b.get("vocab"):
+def same_settings(cls, a: dict, b: dict) -> bool:
+    """Do two config dicts of dataclass `cls` (the notebook's RunConfig) train the
+    same model, the seed aside? Settings that a run never reads (a word-level run's
+    BPE size: declared on the field) do not count."""
+    if unread(cls, a) != unread(cls, b):
         return False
-    drop = {"seed", *UNREAD.get(a.get("vocab"), ())}
+    drop = {"seed", *unread(cls, a)}
     return {k: v for k, v in a.items() if k not in drop} == {
         k: v for k, v in b.items() if k not in drop
     }
 
 
-def load_spread(preset: str, configs: dict) -> tuple[dict | None, str]:
+def load_spread(
+    preset: str, configs: dict, cls, precision: str
+) -> tuple[dict | None, str]:
     """(the preset's spread, '') if it was measured with these configs (model name
-    -> RunConfig dict, the seed aside), else (None, why not)."""
+    -> config dict of `cls`, the seed aside) in this `precision` ("fp32", "bf16",
+    "fp16": what the run computes in), else (None, why not). A spread measured in
+    another precision is refused: its numbers are another machine's."""
     path = spread_path(preset)
     if not path.is_file():
         return None, f"not measured for preset {preset} ({path.name} is missing)"
     spread = json.loads(path.read_text())
+    if spread.get("precision") != precision:
+        return None, (
+            f"{path.name} was measured in {spread.get('precision')} on "
+            f"{spread.get('machine')}, and this run computes in {precision}: run "
+            f"`{spread['command']}` on this machine"
+        )
     for name, cfg in configs.items():
         measured = spread["models"].get(name, {}).get("config")
-        if measured is None or not same_settings(measured, cfg):
+        if measured is None or not same_settings(cls, measured, cfg):
             return None, (
                 f"{path.name} was measured with other settings of {name!r} than "
                 f"this run's: run `{spread['command']}` again"

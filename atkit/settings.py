@@ -31,8 +31,9 @@ def _number(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def allowed(kind, *, low=None, above=None, below=None, high=None, choices=None,
-            optional=False) -> str:  # fmt: skip
+def allowed(
+    kind, *, low=None, above=None, below=None, high=None, choices=None, optional=False
+) -> str:
     """What `check_setting` accepts, in words: "a number >= 0 and < 1"."""
     if choices is not None:
         text = f"one of {list(choices)}"
@@ -40,9 +41,11 @@ def allowed(kind, *, low=None, above=None, below=None, high=None, choices=None,
         text = "True or False"
     else:
         text = {int: "an integer", float: "a finite number", str: "a string"}[kind]
-        bounds = [f"{op} {_number(v)}" for op, v in
-                  ((">=", low), (">", above), ("<", below), ("<=", high))
-                  if v is not None]  # fmt: skip
+        bounds = [
+            f"{op} {_number(v)}"
+            for op, v in ((">=", low), (">", above), ("<", below), ("<=", high))
+            if v is not None
+        ]
         text += " " + " and ".join(bounds) if bounds else ""
     return text + (" or None" if optional else "")
 
@@ -65,8 +68,15 @@ def check_setting(
     where = f"{owner}.{name}={value!r}"
     if value is None and optional:
         return
-    what = allowed(kind, low=low, above=above, below=below, high=high,
-                   choices=choices, optional=optional)  # fmt: skip
+    what = allowed(
+        kind,
+        low=low,
+        above=above,
+        below=below,
+        high=high,
+        choices=choices,
+        optional=optional,
+    )
     if not _KINDS[kind](value):
         raise ConfigTypeError(f"{where}: must be {what}, not {type(value).__name__}")
     if choices is not None and value not in choices:
@@ -93,10 +103,43 @@ def with_overrides(config, owner, **overrides):
     return replace(config, **overrides)
 
 
-def setting(default, **bounds):
+def setting(default, *, resumable=False, read_if=None, **bounds):
     """A dataclass field whose value `check_fields` checks: `bounds` are the keyword
-    arguments of `check_setting` (low, above, below, high, choices)."""
-    return field(default=default, metadata={"check": bounds})
+    arguments of `check_setting` (low, above, below, high, choices).
+
+    What a field declares about itself, so that no other module keeps a list of names:
+    `resumable` (True, or a dict of other fields' values under which it holds): a run
+    saved with another value may resume with this one, because it changes no number
+    the run computes; `read_if` (a dict of other fields' values): the run reads this
+    setting only when they hold (a word-level run never reads the BPE size), so
+    another value changes nothing either."""
+    meta = {"check": bounds, "resumable": resumable, "read_if": read_if or {}}
+    return field(default=default, metadata=meta)
+
+
+def _holds(conditions: dict, cfg: dict) -> bool:
+    return all(cfg.get(k) == v for k, v in conditions.items())
+
+
+def unread(cls, cfg: dict) -> set[str]:
+    """The fields of dataclass `cls` that a config `cfg` (a dict) never reads."""
+    return {
+        f.name
+        for f in fields(cls)
+        if f.metadata.get("read_if") and not _holds(f.metadata["read_if"], cfg)
+    }
+
+
+def free_on_resume(cls, cfg: dict) -> set[str]:
+    """The fields of `cls` whose value a run saved with config `cfg` (a dict) may
+    change when it resumes: those declared `resumable` (where their condition holds
+    in `cfg`) and those it never reads."""
+    free = set()
+    for f in fields(cls):
+        cond = f.metadata.get("resumable", False)
+        if cond is True or (isinstance(cond, dict) and _holds(cond, cfg)):
+            free.add(f.name)
+    return free | unread(cls, cfg)
 
 
 def _kind(annotation):

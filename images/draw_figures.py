@@ -428,9 +428,16 @@ def draw_residual_norm(png_dir=None):
         note(ax, xc, 5.3, formula, size=8.5, color=INK)
         note(ax, xc, 0.25, "x  (B, len, d_model)", size=8.5, color=INK)
         frame(ax, xc - 1.45, y_frame0, xc + 1.45, y_frame1)
-        note(ax, xc - 1.38, y_frame1 - 0.06,
-             "one sub-layer;\n2 in each encoder\nlayer, 3 in each\ndecoder layer",
-             size=7, ha="left", va="top", linespacing=1.3)  # fmt: skip
+        note(
+            ax,
+            xc - 1.38,
+            y_frame1 - 0.06,
+            "one sub-layer;\n2 in each encoder\nlayer, 3 in each\ndecoder layer",
+            size=7,
+            ha="left",
+            va="top",
+            linespacing=1.3,
+        )
         y_branch = 0.85
         ax.plot([xc, xc], [0.38, y_branch], color=INK, lw=1.2, zorder=2)
         y = y_branch

@@ -1,17 +1,17 @@
-"""Part 4: shared BPE vocabulary, three-way tying, beam search, checkpoint averaging.
+"""Part 4: shared BPE vocabulary, three-way tying, checkpoint averaging (beam search:
+tests/test_decoding.py).
 
 Runs in the `ci` preset, with Multi30k from $MULTI30K_DIR.
 """
 
-import itertools
-import math
+import shutil
 
 import pytest
 import torch
 import torch.nn as nn
 
 from atkit import resume
-from conftest import quiet
+from conftest import copy_cfg, quiet
 
 TINY = {
     "n_train": 300,
@@ -173,224 +173,14 @@ def test_snapshots_average_around_the_best_step(lib, bpe_cfg, bpe_run):
     expected = lib.average_checkpoints(paths[best - n_avg + 1 : best + 1])
     for name, value in avg.state_dict().items():
         assert torch.equal(value, expected[name]), name
-    with pytest.raises(ValueError, match="n_avg"):
-        lib.averaged_model(ckpt_dir, history, "cpu", n_avg=best + 2)
 
 
-# --- beam search --------------------------------------------------------------------
+# --- checkpoint averaging -----------------------------------------------------------
 
 
 def random_model(lib, seed, V=13):
     torch.manual_seed(seed)
     return lib.make_model(V, V, "tiny", N=1, d_model=16, d_ff=32, h=2).eval()
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_beam_size_one_is_greedy_on_a_random_model(lib, seed):
-    model = random_model(lib, seed)
-    gen = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, 13, (6, 7), generator=gen)
-    src[1, 5:] = 0  # some padding
-    mask = (src != 0).unsqueeze(-2)
-    for max_len, end in ((1, 2), (9, 2), (15, 3), (6, None)):
-        greedy = lib.greedy_decode(model, src, mask, max_len, 1, end)
-        beam = lib.beam_search(model, src, mask, max_len, 1, end, beam_size=1)
-        assert torch.equal(beam, greedy), (max_len, end)
-
-
-def test_beam_on_the_trained_copy_model(lib, copy_model):
-    """The copy model is trained to convergence (the notebook's 20 epochs), so both
-    searches must copy every sequence, on any CPU's rounding."""
-    copy_model, losses = copy_model
-    assert losses[-1] < 0.01 * losses[0], "the copy task did not converge"
-    gen = torch.Generator().manual_seed(4321)
-    fresh = next(lib.copy_batches(11, 16, 1, generator=gen))
-    greedy = lib.greedy_decode(copy_model, fresh.src, fresh.src_mask, 10, 1)
-    beam1 = lib.beam_search(copy_model, fresh.src, fresh.src_mask, 10, 1, None, 1)
-    assert torch.equal(beam1, greedy)
-    beam4 = lib.beam_search(copy_model, fresh.src, fresh.src_mask, 10, 1, None, 4)
-    correct = lambda out: int((out == fresh.src).all(1).sum())  # noqa: E731
-    assert correct(greedy) == correct(beam4) == 16
-
-
-class PrefixModel:
-    """A hand-built 'model': next-token log-probabilities looked up from the prefix.
-
-    `table(first_source_id, prefix)` gives the probabilities; encode passes the source
-    through, so sentences in one batch can have different tables.
-    """
-
-    def __init__(self, table):
-        self.table = table
-
-    def encode(self, src, src_mask):
-        return src.float().unsqueeze(-1)  # (B, S, 1)
-
-    def decode(self, memory, src_mask, ys, tgt_mask):
-        rows = [
-            self.table(int(m[0, 0]), tuple(y[1:]))
-            for m, y in zip(memory, ys.tolist(), strict=True)
-        ]
-        return torch.tensor(rows, dtype=torch.float).log().unsqueeze(1)  # (B, 1, V)
-
-    def generator(self, x):
-        return x[:, -1] if x.dim() == 3 else x
-
-
-S, E, A, B = 0, 1, 2, 3
-
-
-def greedy_trap(src_id, prefix):
-    """Greedy takes A (0.6) then ends with 0.34; B then </s> is 0.4 * 0.9."""
-    if prefix == ():
-        return [0, 0.001, 0.6, 0.399]
-    if prefix == (A,):
-        return [0, 0.34, 0.33, 0.33]
-    if prefix == (B,):
-        return [0, 0.9, 0.05, 0.05]
-    return [0, 1.0, 0.0, 0.0]
-
-
-def run(lib, model, k, alpha=0.0, max_len=6, n=1):
-    src = torch.full((n, 3), 5, dtype=torch.long)
-    mask = torch.ones(n, 1, 3, dtype=torch.bool)
-    if k == 0:
-        return lib.greedy_decode(model, src, mask, max_len, S, E)
-    return lib.beam_search(model, src, mask, max_len, S, E, beam_size=k, alpha=alpha)
-
-
-def test_beam_finds_the_sequence_greedy_misses(lib):
-    model = PrefixModel(greedy_trap)
-    assert run(lib, model, 0).tolist() == [[S, A, E]]
-    assert run(lib, model, 1).tolist() == [[S, A, E]]
-    for k, alpha in ((2, 0.0), (2, 0.6), (4, 0.6)):
-        assert run(lib, model, k, alpha).tolist() == [[S, B, E]], (k, alpha)
-
-
-def random_table(src_id, prefix):
-    """Next-token probabilities over {</s>, 2, 3, 4} drawn from the prefix."""
-    gen = torch.Generator().manual_seed(hash((src_id, prefix)) % 2**31)
-    p = torch.rand(4, generator=gen) ** 3 + 0.01
-    return [0.0, *(p / p.sum()).tolist()]
-
-
-def best_by_enumeration(src_id, max_len, alpha):
-    """The best length-normalised score over every possible output."""
-    best = -math.inf
-    for n in range(1, max_len):
-        for body in itertools.product((2, 3, 4), repeat=n - 1):
-            for last in (E, 2, 3, 4) if n == max_len - 1 else (E,):
-                ys = (*body, last)
-                logp = sum(
-                    math.log(random_table(src_id, ys[:i])[tok])
-                    for i, tok in enumerate(ys)
-                )
-                best = max(best, logp / ((5 + n) / 6) ** alpha)
-    return best
-
-
-def score(src_id, row, alpha):
-    ys = row[1:]
-    ys = ys[: ys.index(E) + 1] if E in ys else ys
-    logp = sum(
-        math.log(random_table(src_id, tuple(ys[:i]))[t]) for i, t in enumerate(ys)
-    )
-    return logp / ((5 + len(ys)) / 6) ** alpha
-
-
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-def test_a_wide_beam_finds_the_best_scored_output(lib, alpha):
-    """With more beams than prefixes, beam search is exhaustive: it must find the
-    best output under the length penalty, which keeps finished hypotheses."""
-    model, max_len = PrefixModel(random_table), 5
-    src = torch.tensor([[7, 0], [8, 0], [9, 0]])
-    mask = torch.ones(3, 1, 2, dtype=torch.bool)
-    out = lib.beam_search(model, src, mask, max_len, S, E, beam_size=64, alpha=alpha)
-    for src_id, row in zip((7, 8, 9), out.tolist(), strict=True):
-        expected = best_by_enumeration(src_id, max_len, alpha)
-        assert score(src_id, row, alpha) == pytest.approx(expected, abs=1e-5)
-
-
-def test_length_penalty_changes_the_winner(lib):
-    def table(src_id, prefix):  # short: A </s> = 0.5; long: B B B </s> = 0.405
-        if prefix == ():
-            return [0, 0.0, 0.5, 0.5]
-        if prefix in ((B,), (B, B)):
-            return [0, 0.1, 0.0, 0.9]
-        return [0, 1.0, 0.0, 0.0]
-
-    model = PrefixModel(table)
-    assert run(lib, model, 4, alpha=0.0, max_len=8).tolist() == [[S, A, E]]
-    # lp(2) = (7/6)^2, lp(4) = (9/6)^2: log 0.5 / lp(2) < log 0.405 / lp(4)
-    assert run(lib, model, 4, alpha=2.0, max_len=8).tolist() == [[S, B, B, B, E]]
-
-
-def test_beam_batched_over_sentences_equals_one_by_one(lib):
-    model = PrefixModel(random_table)
-    src = torch.tensor([[7, 1], [8, 1], [9, 1], [10, 1], [11, 1]])
-    mask = torch.ones(5, 1, 2, dtype=torch.bool)
-    batched = lib.beam_search(model, src, mask, 7, S, E, beam_size=3, alpha=0.6)
-    for i in range(5):
-        one = lib.beam_search(model, src[i : i + 1], mask[i : i + 1], 7, S, E, 3, 0.6)
-        row = batched[i, : one.size(1)]
-        assert torch.equal(row, one[0]), i
-        assert (batched[i, one.size(1) :] == E).all()
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_beam_same_with_and_without_cache(lib, seed):
-    """The cache must follow the beams when they are re-ranked (reorder)."""
-    model = random_model(lib, seed)
-    gen = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, 13, (5, 6), generator=gen)
-    src[2, 3:] = 0
-    mask = (src != 0).unsqueeze(-2)
-    for k in (1, 3, 5):
-        cached = lib.beam_search(
-            model, src, mask, 12, 1, 2, k, 0.6, stepper=lib.CachedDecoderStepper
-        )
-        plain = lib.beam_search(model, src, mask, 12, 1, 2, k, 0.6)
-        assert torch.equal(cached, plain), k
-
-
-def test_beam_output_respects_max_len_and_ends(lib):
-    model = random_model(lib, 7)
-    src = torch.randint(4, 13, (5, 6))
-    mask = (src != 0).unsqueeze(-2)
-    out = lib.beam_search(model, src, mask, 8, 1, 2, beam_size=3, alpha=0.6)
-    assert out.size(1) <= 8 and (out[:, 0] == 1).all()
-    for row in out.tolist():
-        if 2 in row:
-            assert set(row[row.index(2) :]) == {2}
-
-
-def test_length_penalty_formula(lib):
-    assert lib.length_penalty(1, 0.6) == pytest.approx(1.0)
-    assert lib.length_penalty(7, 0.0) == 1.0
-    assert lib.length_penalty(13, 0.6) == pytest.approx(3.0**0.6)
-
-
-@pytest.mark.parametrize(
-    "beam_size, alpha, word",
-    [
-        (0, 0.6, "beam_size"),
-        (-2, 0.6, "beam_size"),
-        (2.5, 0.6, "beam_size"),
-        (4, -0.1, "alpha"),
-        (4, float("nan"), "alpha"),
-    ],
-)
-def test_bad_beam_settings(lib, beam_size, alpha, word):
-    model = random_model(lib, 0)
-    src = torch.randint(4, 13, (2, 5))
-    mask = (src != 0).unsqueeze(-2)
-    with pytest.raises(ValueError, match=word):
-        lib.beam_search(model, src, mask, 8, 1, 2, beam_size=beam_size, alpha=alpha)
-    with pytest.raises(ValueError, match=word):
-        lib.beam(beam_size=beam_size, alpha=alpha)
-
-
-# --- checkpoint averaging -----------------------------------------------------------
 
 
 def tiny_state(lib, seed, **kw):
@@ -474,3 +264,57 @@ def test_averaging_rejects_empty_and_mixed_architectures(lib):
     halved = {k: v.half() for k, v in base.items()}
     with pytest.raises(ValueError, match="architecture"):
         lib.average_checkpoints([base, halved])
+
+
+def test_average_checkpoints_wants_a_list(lib, tmp_path):
+    path = tmp_path / "a.pt"
+    lib.checkpoints.save_checkpoint({"model": tiny_state(lib, 0)}, path)
+    for single in (path, str(path), tiny_state(lib, 0)):
+        with pytest.raises(TypeError, match="list"):
+            lib.average_checkpoints(single)
+
+
+# --- averaging refuses snapshots of other runs ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_runs(lib, tmp_path_factory):
+    """Two copy-task runs of 4 steps that differ in the seed alone."""
+    root = tmp_path_factory.mktemp("runs")
+    for name, seed in (("a", 0), ("b", 1)):
+        cfg = copy_cfg(lib, seed=seed, steps=4, eval_every=2)
+        lib.train(cfg, lib.copy_task_data(cfg), root / name, "cpu", log=quiet)
+    return root
+
+
+def test_averaging_checkpoints_of_different_runs_is_refused(lib, two_runs):
+    a, b = two_runs / "a" / "step000004.pt", two_runs / "b" / "step000004.pt"
+    with pytest.raises(lib.checkpoints.CheckpointError, match="different runs") as e:
+        lib.average_checkpoints([a, b])
+    assert str(a) in str(e.value) and str(b) in str(e.value)
+    assert "'seed'" in str(e.value)
+    # the same run's snapshots average
+    lib.average_checkpoints([two_runs / "a" / "step000002.pt", a])
+
+
+def test_averaging_compares_the_vocabularies(lib, two_runs, tmp_path):
+    a = two_runs / "a" / "step000004.pt"
+    state = lib.checkpoints.load_checkpoint(a)
+    itos = list(state["vocab_tgt"]["itos"])
+    itos[-2], itos[-1] = itos[-1], itos[-2]  # same size, same config, other words
+    other = tmp_path / "other.pt"
+    torch.save({**state, "vocab_tgt": {**state["vocab_tgt"], "itos": itos}}, other)
+    with pytest.raises(lib.checkpoints.CheckpointError, match="target vocabulary"):
+        lib.average_checkpoints([a, other])
+
+
+def test_averaged_model_refuses_a_foreign_snapshot_in_the_folder(
+    lib, two_runs, tmp_path
+):
+    folder = tmp_path / "a"
+    shutil.copytree(two_runs / "a", folder)
+    shutil.copy(two_runs / "b" / "step000002.pt", folder / "step000002.pt")
+    history = lib.checkpoints.load_checkpoint(folder / "last.pt")["history"]
+    history = {**history, "best_step": 4}
+    with pytest.raises(lib.checkpoints.CheckpointError, match="step000002.pt"):
+        lib.averaged_model(folder, history, "cpu", 2)

@@ -6,8 +6,9 @@ tests/conftest.py, whose executed notebook tests/test_page.py renders too)."""
 
 def test_the_notebook_runs_alone_as_on_colab(colab_run):
     nb, colab = colab_run.nb, colab_run.folder
-    errors = [o for c in nb.cells for o in c.get("outputs", [])
-              if o.output_type == "error"]  # fmt: skip
+    errors = [
+        o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"
+    ]
     assert not errors, f"{errors[0].ename}: {errors[0].evalue}"
     setup = next(c for c in nb.cells if c.cell_type == "code")
     assert "git" in setup.source and "AT_REPO_URL" in setup.source
@@ -20,3 +21,37 @@ def test_the_notebook_runs_alone_as_on_colab(colab_run):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.get("execution_count"), cell.source[:80]
+
+
+def _texts(cell) -> list[str]:
+    """A cell's outputs as text, the way nbval compares them (images aside; the
+    pieces of one stream in a row joined, however the kernel happened to flush)."""
+    texts, last = [], None
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream" and last == o.name:
+            texts[-1] += o.text
+        elif o.output_type == "stream":
+            texts.append(f"{o.name}: {o.text}")
+        elif o.output_type in ("execute_result", "display_data"):
+            texts.append(o.get("data", {}).get("text/plain", ""))
+        last = o.name if o.output_type == "stream" else None
+    return texts
+
+
+def test_checked_cells_print_their_committed_outputs(colab_run):
+    """Cells tagged `nbval-check-output` (masks, shapes, positional-encoding values)
+    print in the fresh run exactly what the committed notebook holds: nbval's check,
+    made on this run so that `make test` executes the notebook once."""
+    import nbformat
+
+    from conftest import NOTEBOOK
+
+    committed = nbformat.read(NOTEBOOK, as_version=4)
+    pairs = [
+        (mine, fresh)
+        for mine, fresh in zip(committed.cells, colab_run.nb.cells, strict=True)
+        if "nbval-check-output" in mine.metadata.get("tags", [])
+    ]
+    assert len(pairs) >= 10, "the tagged cells went missing"
+    for mine, fresh in pairs:
+        assert _texts(fresh) == _texts(mine), mine.source[:80]

@@ -102,8 +102,9 @@ def test_autocast_runs_the_matrix_products_in_the_chosen_precision(lib, precisio
     batch = lib.make_batches(data.train, cfg, DEVICE)[0]
     seen = []
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    hooks = [m.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-             for m in linears]  # fmt: skip
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: seen.append(o.dtype)) for m in linears
+    ]
     try:
         with prec.autocast():
             out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
@@ -118,8 +119,7 @@ def test_autocast_runs_the_matrix_products_in_the_chosen_precision(lib, precisio
     ref_cfg = cfg.updated(precision="fp32")
     _, ref, ref_opt, ref_sched, ref_loss, ref_prec = copy_parts(lib, ref_cfg)
     assert ref_prec.dtype is None
-    for (name, a), b in zip(weights(model).items(), weights(ref).values(),
-                            strict=True):  # fmt: skip
+    for (name, a), b in zip(weights(model).items(), weights(ref).values(), strict=True):
         assert torch.equal(a, b), f"not the same initial weights: {name}"
     got = lib.train_step(model, batch, loss_compute, opt, sched, precision=prec)
     want = lib.train_step(ref, batch, ref_loss, ref_opt, ref_sched, precision=ref_prec)
@@ -170,8 +170,9 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
 
     works, why = runtime.compile_works(DEVICE)
     assert works, f"torch.compile cannot run here: {why}"
-    cfg = lib.run_config("ci", n_train=400, pad_multiple=8, fast=True,
-                         precision="auto", P_drop=0.0, N=1)  # fmt: skip
+    cfg = lib.run_config(
+        "ci", n_train=400, pad_multiple=8, fast=True, precision="auto", P_drop=0.0, N=1
+    )
     data = lib.prepare_data(cfg)
     batches = lib.make_batches(data.train, cfg, DEVICE)
     shapes = [(b.src.size(0), b.src.size(1), b.tgt.size(1)) for b in batches]
@@ -184,8 +185,9 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("inductor")
     original = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda m, o=original, c=counter, **kw: o(
-        m, backend=c, **kw))  # fmt: skip
+    monkeypatch.setattr(
+        torch, "compile", lambda m, o=original, c=counter, **kw: o(m, backend=c, **kw)
+    )
     try:
         V_src, V_tgt = len(data.vocab_src), len(data.vocab_tgt)
         model, opt, sched, loss_compute, prec = lib.training_parts(
@@ -200,8 +202,9 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
                 out = call(b.src, b.tgt, b.src_mask, b.tgt_mask)
                 total, loss = loss_compute(out, b.tgt_y, b.ntokens)
             loss.backward()
-            return total.detach(), {n: p.grad.float().clone()
-                                    for n, p in model.named_parameters()}  # fmt: skip
+            return total.detach(), {
+                n: p.grad.float().clone() for n, p in model.named_parameters()
+            }
 
         first = order[0]
         loss_e, g_e = grads(model, first)
@@ -236,12 +239,17 @@ def test_sdpa_matches_didactic_attention_in_bf16(lib):
     mha = lib.MultiHeadedAttention(4, 64).to(DEVICE).eval()
     x = torch.randn(3, b.tgt.size(1), 64, device=DEVICE)  # decoder states
     memory = torch.randn(3, b.src.size(1), 64, device=DEVICE)
-    cases = {"decoder self-attention": (x, b.tgt_mask),
-             "encoder-decoder attention": (memory, b.src_mask)}  # fmt: skip
+    cases = {
+        "decoder self-attention": (x, b.tgt_mask),
+        "encoder-decoder attention": (memory, b.src_mask),
+    }
     for case, (kv, mask) in cases.items():
         out = {}
-        for impl, dtype in (("didactic", None), ("didactic", torch.bfloat16),
-                            ("sdpa", torch.bfloat16)):  # fmt: skip
+        for impl, dtype in (
+            ("didactic", None),
+            ("didactic", torch.bfloat16),
+            ("sdpa", torch.bfloat16),
+        ):
             mha.attn_impl = impl
             autocast = torch.autocast("cuda", torch.bfloat16, enabled=bool(dtype))
             with torch.no_grad(), autocast:
@@ -251,9 +259,12 @@ def test_sdpa_matches_didactic_attention_in_bf16(lib):
             rel = ((out[key] - ref).norm() / ref.norm()).item()
             assert rel < 2e-2, (case, key, rel)  # bf16 keeps 8 bits: 0.4% a rounding
         torch.testing.assert_close(
-            out["sdpa", torch.bfloat16], out["didactic", torch.bfloat16],
-            atol=3e-2, rtol=3e-2, msg=case,
-        )  # fmt: skip
+            out["sdpa", torch.bfloat16],
+            out["didactic", torch.bfloat16],
+            atol=3e-2,
+            rtol=3e-2,
+            msg=case,
+        )
 
 
 # ------------------------------------------------------------ Part 5 and Part 3
@@ -274,13 +285,35 @@ def test_one_process_nccl_run(lib, tmp_path):
     """torchrun, one process on the GPU: NCCL, DataParallel's on-device token count,
     DDP, gather and barrier; rank 0's last.pt is an ordinary checkpoint."""
     ckpt, out = tmp_path / "ckpt", tmp_path / "r.json"
-    args = ["--task", "copy", "--preset", "ci", "--device", "cuda", "--ckpt-dir", ckpt,
-            "--set", "steps=10", "--set", "eval_every=5", "--set", "n_train=400",
-            "--set", "n_eval=40", "--out", out]  # fmt: skip
+    args = [
+        "--task",
+        "copy",
+        "--preset",
+        "ci",
+        "--device",
+        "cuda",
+        "--ckpt-dir",
+        ckpt,
+        "--set",
+        "steps=10",
+        "--set",
+        "eval_every=5",
+        "--set",
+        "n_train=400",
+        "--set",
+        "n_eval=40",
+        "--out",
+        out,
+    ]
     rc, output = launch_torchrun(
-        args, nproc=1, code=PRINT_BACKEND + WORKER_CODE, timeout_s=300,
-        env={"OMP_NUM_THREADS": "1"}, check=False, echo=False,
-    )  # fmt: skip
+        args,
+        nproc=1,
+        code=PRINT_BACKEND + WORKER_CODE,
+        timeout_s=300,
+        env={"OMP_NUM_THREADS": "1"},
+        check=False,
+        echo=False,
+    )
     assert rc == 0, output[-4000:]
     assert "process group backend: nccl" in output, output[-2000:]
     results = json.loads(out.read_text())
@@ -298,8 +331,9 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
     """save_run stores this device's CUDA generator (one state, not all GPUs'), and a
     run with dropout stopped at step 4 and resumed ends with exactly the weights of
     the uninterrupted run; restoring the CPU generator alone would not."""
-    cfg = tiny_cfg(lib, n_train=120, n_eval=16, max_tokens=200, steps=6,
-                   eval_every=3, P_drop=0.3)  # fmt: skip
+    cfg = tiny_cfg(
+        lib, n_train=120, n_eval=16, max_tokens=200, steps=6, eval_every=3, P_drop=0.3
+    )
     data = lib.copy_task_data(cfg)
     whole, _ = lib.train(cfg, data, tmp_path / "whole", DEVICE, log=quiet)
     cut = tmp_path / "cut"
@@ -315,12 +349,16 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
     assert torch.equal(torch.cuda.get_rng_state(DEVICE), rng["cuda"])
 
     resumed, _ = lib.train(cfg, data, cut, DEVICE, log=quiet)
-    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(),
-                            strict=True):  # fmt: skip
+    for (name, a), b in zip(
+        whole.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), f"{name}: max diff {(a - b).abs().max().item()}"
 
-    monkeypatch.setattr(lib.checkpoints, "set_rng_state",
-                        lambda s, device: torch.set_rng_state(s["torch"]))  # fmt: skip
+    monkeypatch.setattr(
+        lib.checkpoints,
+        "set_rng_state",
+        lambda s, device: torch.set_rng_state(s["torch"]),
+    )
     other, _ = lib.train(cfg, data, tmp_path / "cpu-only", DEVICE, log=quiet)
     pairs = zip(whole.state_dict().values(), other.state_dict().values(), strict=True)
     assert any(not torch.equal(a, b) for a, b in pairs), (

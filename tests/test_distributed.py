@@ -1,24 +1,50 @@
-"""Part 5, data parallelism: sharding, and torchrun runs on CPU processes (gloo, 2
-ranks, on any machine, GPUs or not) compared with one process that steps on the same
-global batches."""
+"""Part 5, data parallelism: sharding, torchrun runs on CPU processes (gloo, 2 ranks,
+on any machine, GPUs or not) compared with one process that steps on the same global
+batches, failing workers, and a torchrun run resumed bit for bit (by 2 processes, or
+by one)."""
 
+import hashlib
 import json
 import re
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from atkit import cli, runtime
 from atkit import launch as launcher
+from atkit import runtime
+from conftest import COPY, copy_args
+from tools import train as cli
 
-SETTINGS = ["n_train=240", "max_tokens=160", "d_model=32", "h=2", "d_ff=64", "N=1",
-            "n_eval=40", "warmup=100", "factor=1.0", "P_drop=0.0"]  # fmt: skip
+SETTINGS = [
+    "n_train=240",
+    "max_tokens=160",
+    "d_model=32",
+    "h=2",
+    "d_ff=64",
+    "N=1",
+    "n_eval=40",
+    "warmup=100",
+    "factor=1.0",
+    "P_drop=0.0",
+]
 
 
 def cli_args(ckpt_dir, *extra):
-    args = ["--task", "copy", "--preset", "ci", "--device", "cpu",
-            "--ckpt-dir", ckpt_dir, "--out", ckpt_dir / "results.json"]  # fmt: skip
+    args = [
+        "--task",
+        "copy",
+        "--preset",
+        "ci",
+        "--device",
+        "cpu",
+        "--ckpt-dir",
+        ckpt_dir,
+        "--out",
+        ckpt_dir / "results.json",
+    ]
     for s in SETTINGS:
         args += ["--set", s]
     return [*args, *extra]
@@ -55,9 +81,14 @@ def launch(lib, args, prelude="", nproc=2, timeout_s=180):
     code = prelude + launcher.WORKER_CODE
     start = time.monotonic()
     rc, out = launcher.launch_torchrun(
-        args, nproc=nproc, code=code, timeout_s=timeout_s,
-        env={"OMP_NUM_THREADS": "1"}, check=False, echo=False,
-    )  # fmt: skip
+        args,
+        nproc=nproc,
+        code=code,
+        timeout_s=timeout_s,
+        env={"OMP_NUM_THREADS": "1"},
+        check=False,
+        echo=False,
+    )
     return rc, out, time.monotonic() - start
 
 
@@ -123,10 +154,10 @@ def ddp_runs(lib, tmp_path_factory):
     single-process references."""
     out = tmp_path_factory.mktemp("ddp")
     runs = {}
-    for name, prelude in (("global", SGD), ("local", SGD + LOCAL_NORM),
-                          ("adam", "")):  # fmt: skip
-        rc, log, seconds = launch(lib, cli_args(out / name, "--max-steps", "3"),
-                                  prelude)  # fmt: skip
+    for name, prelude in (("global", SGD), ("local", SGD + LOCAL_NORM), ("adam", "")):
+        rc, log, seconds = launch(
+            lib, cli_args(out / name, "--max-steps", "3"), prelude
+        )
         assert rc == 0, log[-3000:]
         runs[name] = (torch.load(out / name / "last.pt", weights_only=True), log)
     for opt in ("sgd", "adam"):
@@ -217,8 +248,7 @@ def test_a_dying_worker_fails_the_launch_quickly(lib, tmp_path, mode):
 
 def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, tmp_path):
     args = cli_args(tmp_path, "--max-steps", "50", "--timeout-s", "8")
-    rc, log, seconds = launch(lib, args, FAULT.replace("{mode}", "hang"),
-                              timeout_s=90)  # fmt: skip
+    rc, log, seconds = launch(lib, args, FAULT.replace("{mode}", "hang"), timeout_s=90)
     assert rc != 0, log[-2000:]
     assert seconds < 80, f"took {seconds:.0f} s"
     assert re.search(r"rank\s*:\s*0", log), "rank 0 should fail on the timeout"
@@ -226,8 +256,14 @@ def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, tmp_path):
 
 def test_launcher_raises_with_the_output_tail(lib):
     with pytest.raises(RuntimeError, match="exited with code"):
-        launcher.launch_torchrun(["--task", "nonsense"], nproc=1, timeout_s=60,
-                                 echo=False)  # fmt: skip
+        launcher.launch_torchrun(
+            ["--task", "nonsense"], nproc=1, timeout_s=60, echo=False
+        )
+
+
+def test_an_unknown_device_is_a_clear_error(lib):
+    with pytest.raises(lib.ConfigError, match="device"):
+        launcher.setup_distributed("tpu")
 
 
 def test_too_few_gpus_is_a_clear_error(lib, monkeypatch):
@@ -256,5 +292,161 @@ def test_ddp_buffers_switch_is_the_one_this_torch_knows(lib, monkeypatch, new_to
     monkeypatch.setattr(lib, "DDP", new if new_torch else old)
     world = lib.DataParallel(0, 1, 0, 1, torch.device("cpu"))
     world.wrap(torch.nn.Linear(2, 2))
-    assert seen == ({"forward_sync_buffers": False} if new_torch
-                    else {"broadcast_buffers": False})  # fmt: skip
+    assert seen == (
+        {"forward_sync_buffers": False} if new_torch else {"broadcast_buffers": False}
+    )
+
+
+# ------------------------- a torchrun resume, bit for bit; another process count
+
+DDP = {**COPY, "n_train": 240, "n_eval": 40, "d_model": 32, "d_ff": 64, "h": 2}
+DDP.update(steps=12, eval_every=4, warmup=100, factor=1.0, P_drop=0.1, keep=3)
+
+# Each worker logs the batches it trains (a digest of the source ids), one file per
+# rank, so that a test can tell which batches an interrupted run trained.
+BATCH_LOG = (
+    "import hashlib, os, nbexport\n"
+    "m = nbexport.load()\n"
+    "original = m.train_step\n"
+    "def logged(model, batch, *a, **k):\n"
+    "    micro = list(batch) if isinstance(batch, (list, tuple)) else [batch]\n"
+    "    path = os.environ['BATCH_LOG'] + '.' + os.environ.get('RANK', '0')\n"
+    "    with open(path, 'a') as f:\n"
+    "        for b in micro:\n"
+    "            f.write(hashlib.sha1(b.src.numpy().tobytes()).hexdigest() + '\\n')\n"
+    "    return original(model, batch, *a, **k)\n"
+    "m.train_step = logged\n"
+)
+
+
+def batch_digest(b) -> str:
+    return hashlib.sha1(b.src.numpy().tobytes()).hexdigest()
+
+
+def torchrun(folder, log, *extra, nproc=2):
+    rc, out = launcher.launch_torchrun(
+        copy_args(folder, DDP, *extra),
+        nproc=nproc,
+        code=BATCH_LOG + launcher.WORKER_CODE,
+        timeout_s=240,
+        check=False,
+        echo=False,
+        env={"OMP_NUM_THREADS": "1", "BATCH_LOG": str(log)},
+    )
+    assert rc == 0, out[-3000:]
+    return out
+
+
+def logged(log) -> list[str]:
+    return [
+        line
+        for path in sorted(Path(log).parent.glob(Path(log).name + ".*"))
+        for line in path.read_text().split()
+    ]
+
+
+@pytest.fixture(scope="module")
+def ddp(lib, tmp_path_factory):
+    """2-rank runs of 12 steps (7 per epoch; dropout on): uninterrupted; stopped in
+    the middle of epoch 0 (step 3) and resumed; stopped at an evaluation in epoch 1
+    (step 8) and resumed. The folder stopped at step 3 is copied before its resume,
+    for the resume with one process."""
+    root = tmp_path_factory.mktemp("ddp-resume")
+    torchrun(root / "full", root / "full.log")
+    torchrun(root / "mid", root / "mid.log", "--max-steps", 3)
+    shutil.copytree(root / "mid", root / "mid-for-1")
+    torchrun(root / "mid", root / "mid-resumed.log")
+    torchrun(root / "eval", root / "eval.log", "--max-steps", 8)
+    assert (root / "eval" / "step000008.pt").exists()
+    torchrun(root / "eval", root / "eval-resumed.log")
+    return root
+
+
+def load(folder):
+    return torch.load(Path(folder) / "last.pt", weights_only=True)
+
+
+def assert_same_tensors(a, b, where=""):
+    """Equal nested structures of tensors, numbers and strings; tensors bit for bit."""
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape, where
+        assert torch.equal(a, b), f"{where} differs"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same_tensors(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("stopped_at", ["mid", "eval"])
+def test_a_torchrun_resume_is_bit_identical_with_dropout(ddp, stopped_at):
+    full, resumed = load(ddp / "full"), load(ddp / stopped_at)
+    assert full["progress"]["step"] == resumed["progress"]["step"] == 12
+    assert full["config"]["model"]["P_drop"] == 0.1
+    for key in ("model", "optimizer", "scheduler", "progress"):
+        assert_same_tensors(full[key], resumed[key], key)
+    # every rank's own random state: the ranks drew different numbers (different
+    # batch shapes), so restoring one rank's state on both would be caught
+    ranks = full["ranks"]
+    assert len(ranks) == 2
+    assert not torch.equal(ranks[0]["rng"]["torch"], ranks[1]["rng"]["torch"])
+    assert_same_tensors(ranks, resumed["ranks"], "ranks")
+    h, g = full["history"], resumed["history"]
+    for key in ("steps", "val_loss", "tokens", "best_step", "world_size"):
+        assert h[key] == g[key], key
+    # the training loss is summed in float64 in another grouping after a resume
+    assert g["train_loss"] == pytest.approx(h["train_loss"], rel=1e-12)
+    # and the snapshots kept are the same files' weights
+    for step in (8, 12):
+        a = torch.load(ddp / "full" / f"step{step:06d}.pt", weights_only=True)
+        b = torch.load(ddp / stopped_at / f"step{step:06d}.pt", weights_only=True)
+        assert_same_tensors(a["model"], b["model"], f"step {step}")
+
+
+def test_the_interrupted_runs_trained_the_same_batches(ddp):
+    full = logged(ddp / "full.log")
+    assert len(full) == 24 and len(set(full)) == 14, "12 steps x 2 ranks, 14 batches"
+    for name in ("mid", "eval"):
+        parts = logged(ddp / f"{name}.log") + logged(ddp / f"{name}-resumed.log")
+        assert sorted(parts) == sorted(full), name
+
+
+def test_a_resume_with_one_process_trains_the_rest_of_the_epoch_once(
+    lib, ddp, monkeypatch, capsys
+):
+    """Saved by 2 ranks after 3 steps (6 of epoch 0's 14 batches), resumed by one
+    process for 8 more steps: it deals the rest of the epoch to itself, so that each
+    of the 14 batches is trained once and the epoch ends exactly at step 11."""
+    folder = ddp / "mid-for-1"
+    cfg = lib.run_config("ci", **DDP)
+    batches = lib.make_batches(lib.copy_task_data(cfg).train, cfg, "cpu")
+    epoch0 = [batch_digest(b) for b in batches]
+    assert len(set(epoch0)) == len(epoch0) == 14
+    saved = load(folder)
+    assert saved["progress"]["batch"] == 6 and len(saved["ranks"]) == 2
+    ranks_part = logged(ddp / "mid.log")
+    assert len(ranks_part) == 6
+
+    one_process, original = [], lib.train_step
+
+    def log_batches(model, batch, *args, **kwargs):
+        one_process.extend(batch_digest(b) for b in batch)
+        return original(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(lib, "train_step", log_batches)
+    assert cli.train_cli([*copy_args(folder, DDP), "--max-steps", "11"]) == 0
+    assert "resuming with 1 process(es) a run saved by 2" in capsys.readouterr().out
+    assert len(one_process) == 8
+    assert sorted(ranks_part + one_process) == sorted(epoch0), "each batch once"
+    state = load(folder)
+    p = state["progress"]
+    assert (p["step"], p["epoch"], p["batch"]) == (11, 1, 0)
+    # every label token of the epoch is counted once in the loss bookkeeping
+    counted = state["history"]["tokens"] + p["ntokens"]
+    assert counted == sum(int(b.ntokens) for b in batches)
+    assert state["history"]["world_size"] == 1 and len(state["ranks"]) == 1

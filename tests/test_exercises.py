@@ -7,16 +7,20 @@ import math
 import os
 import re
 import shutil
+import signal
+import sys
+import time
 
 import jupytext
 import nbformat
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from nbclient import NotebookClient
 
+import exercise_checks as check
 import exercises_solutions as sol
-from atkit import exercises as check
 from conftest import DATA, ROOT, inherited_pythonpath, snapshot_repository
 
 MD = ROOT / "exercises.md"
@@ -58,6 +62,20 @@ def ln_no_affine(x, gamma, beta, eps=1e-6):
     return sol.layer_norm(x, 1.0, 0.0, eps)
 
 
+def ln_2022(x, gamma, beta, eps=1e-6):  # the 2018 and 2022 versions' LayerNorm
+    mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
+    return gamma * (x - mean) / (std + eps) + beta
+
+
+def ln_complex(x, gamma, beta, eps=1e-6):
+    return sol.layer_norm(x, gamma, beta, eps) + 5j
+
+
+def ln_in_place(x, gamma, beta, eps=1e-6):
+    x -= x.mean(-1, keepdim=True)
+    return gamma * x / (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt() + beta
+
+
 def ln_all_dims(x, gamma, beta, eps=1e-6):
     return gamma * (x - x.mean()) / (x.var(unbiased=False) + eps).sqrt() + beta
 
@@ -72,6 +90,11 @@ def norm_after(x, sublayer, norm, dropout):
 
 def no_dropout(x, sublayer, norm, dropout):
     return x + sublayer(norm(x))
+
+
+def pre_norm_resets_norm(x, sublayer, norm, dropout):
+    torch.nn.init.ones_(norm.weight)
+    return sol.pre_norm(x, sublayer, norm, dropout)
 
 
 def dropout_on_sum(x, sublayer, norm, dropout):
@@ -171,16 +194,19 @@ def merge_view(x):
 
 
 def mha_no_wo(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
-    return sol.multi_head_attention(query, key, value, w_q, w_k, w_v,
-                                    torch.nn.Identity(), h, mask)  # fmt: skip
+    return sol.multi_head_attention(
+        query, key, value, w_q, w_k, w_v, torch.nn.Identity(), h, mask
+    )
 
 
 def mha_scaled_by_d_model(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
-    q, k, v = (sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key),
-                                                     (w_v, value)))  # fmt: skip
+    q, k, v = (
+        sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key), (w_v, value))
+    )
     scale = query.size(-1) ** -0.5
-    x = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1),
-                                       scale=scale)  # fmt: skip
+    x = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask.unsqueeze(1), scale=scale
+    )
     return w_o(sol.merge_heads(x))
 
 
@@ -189,8 +215,9 @@ def mha_no_mask(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
 
 
 def mha_mask_no_head_dim(query, key, value, w_q, w_k, w_v, w_o, h, mask=None):
-    q, k, v = (sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key),
-                                                     (w_v, value)))  # fmt: skip
+    q, k, v = (
+        sol.split_heads(w(t), h) for w, t in ((w_q, query), (w_k, key), (w_v, value))
+    )
     x, _ = sol.attention(q, k, v, mask)  # (B, T, S) against (B, h, T, S)
     return w_o(sol.merge_heads(x))
 
@@ -236,6 +263,31 @@ def rate_factor_two(step, d_model, warmup):
     return 2 * sol.rate(step, d_model, warmup)
 
 
+def rate_previous_step(step, d_model, warmup):  # raises at step 1: 0.0 ** -0.5
+    step = float(step - 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def rate_previous_step_2022(step, d_model, warmup):  # LambdaLR's count, step 0 -> 1
+    return sol.rate(max(step - 1, 1), d_model, warmup)
+
+
+def rate_next_step(step, d_model, warmup):
+    return sol.rate(step + 1, d_model, warmup)
+
+
+def rate_warmup_minus_one(step, d_model, warmup):
+    return sol.rate(step, d_model, warmup - 1)
+
+
+def rate_rising_from_zero(step, d_model, warmup):  # the line counts from 0
+    return d_model**-0.5 * min(step**-0.5, (step - 1) * warmup**-1.5)
+
+
+def rate_decay_plus_one(step, d_model, warmup):
+    return d_model**-0.5 * min((step + 1) ** -0.5, step * warmup**-1.5)
+
+
 def ls_others(target, K, eps):
     q = torch.full((len(target), K), eps / (K - 1))
     q[torch.arange(len(target)), target] = 1 - eps
@@ -246,6 +298,22 @@ def ls_label_without_uniform(target, K, eps):
     q = torch.full((len(target), K), eps / K)
     q[torch.arange(len(target)), target] = 1 - eps
     return q
+
+
+def ls_k_minus_2(target, K, eps):  # the 2018 and 2022 versions' target, no padding
+    q = torch.full((len(target), K), eps / (K - 2))
+    q[torch.arange(len(target)), target] = 1 - eps
+    return q
+
+
+def ls_k_minus_2_padding(target, K, eps):  # and column 1 as their padding token
+    q = ls_k_minus_2(target, K, eps)
+    q[:, 1] = 0
+    return q
+
+
+def ls_complex(target, K, eps):  # the check itself used to raise TypeError here
+    return sol.smoothed_target(target, K, eps) + 0j
 
 
 def ls_one_hot(target, K, eps):
@@ -268,6 +336,38 @@ def greedy_last_token_only(model, src, src_mask, max_len, start_symbol):
         out = model.decode(memory, src_mask, ys[:, -1:], sol.subsequent_mask(1))
         ys = torch.cat([ys, model.generator(out[:, -1]).argmax(-1)[:, None]], 1)
     return ys
+
+
+def _greedy(model, src, src_mask, max_len, start_symbol, mask_of, decode=None):
+    decode = decode or model.decode
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), start_symbol, dtype=torch.long)
+    for _ in range(max_len - 1):
+        out = decode(memory, src_mask, ys, mask_of(ys.size(1)))
+        ys = torch.cat([ys, model.generator(out[:, -1]).argmax(-1)[:, None]], 1)
+    return ys
+
+
+def greedy_no_mask(model, src, src_mask, max_len, start_symbol):
+    return _greedy(model, src, src_mask, max_len, start_symbol, lambda t: None)
+
+
+def greedy_all_true_mask(model, src, src_mask, max_len, start_symbol):
+    def ones(t):
+        return torch.ones(1, t, t, dtype=torch.bool)
+
+    return _greedy(model, src, src_mask, max_len, start_symbol, ones)
+
+
+def greedy_decoder_no_mask(model, src, src_mask, max_len, start_symbol):
+    def decode(memory, src_mask, ys, mask):  # model.decode's body, mask left out
+        return model.decoder(model.tgt_embed(ys), memory, src_mask, None)
+
+    return _greedy(model, src, src_mask, max_len, start_symbol, lambda t: None, decode)
+
+
+def greedy_float(model, src, src_mask, max_len, start_symbol):
+    return sol.greedy_decode(model, src, src_mask, max_len, start_symbol).float()
 
 
 def greedy_one_short(model, src, src_mask, max_len, start_symbol):
@@ -305,8 +405,9 @@ def lp_no_five(length, alpha):
 
 def beam_logp_only(score, logp, k):
     B, V = score.size(0), logp.size(-1)
-    flat = logp.view(B, k * V).masked_fill(score.repeat_interleave(V, 1) == -math.inf,
-                                           -math.inf)  # fmt: skip
+    flat = logp.view(B, k * V).masked_fill(
+        score.repeat_interleave(V, 1) == -math.inf, -math.inf
+    )
     top, idx = flat.topk(2 * k, -1)
     return top, idx // V, idx % V
 
@@ -341,11 +442,29 @@ WRONG = [
     ("layer_norm", (ln_eps_outside,), r"eps is added outside the square root"),
     ("layer_norm", (ln_no_affine,), r"gamma and beta were not applied"),
     ("layer_norm", (ln_all_dims,), r"the result differs at \(batch 0, row 0, "),
+    (
+        "layer_norm",
+        (ln_2022,),
+        r"^this is the unbiased std with eps outside the square root, \(x - mean\) / "
+        r"\(x.std\(-1\) \+ eps\), as the 2018 and 2022 annotated versions wrote it",
+    ),
+    (
+        "layer_norm",
+        (ln_complex,),
+        r"the result is complex \(torch.complex64, with imaginary parts as large as "
+        r"5\)",
+    ),
+    ("layer_norm", (ln_in_place,), r"changed its argument `x` in place"),
     ("pre_norm", (post_norm,), r"that is post-norm"),
     ("pre_norm", (norm_after,), r"normalised the sublayer's output"),
     ("pre_norm", (no_dropout,), r"dropout was not applied"),
     ("pre_norm", (dropout_on_sum,), r"dropout was applied to the sum"),
     ("pre_norm", (no_residual,), r"residual x is not added back"),
+    (
+        "pre_norm",
+        (pre_norm_resets_norm,),
+        r"changed the weights of its argument `norm`",
+    ),
     ("subsequent_mask", (mask_no_diagonal,), r"the diagonal is False"),
     ("subsequent_mask", (mask_future,), r"see the future and hides the past"),
     ("subsequent_mask", (mask_swapped,), r"True and False are swapped"),
@@ -384,9 +503,52 @@ WRONG = [
     ("rate", (rate_max,), r"peaks at step 1 .*min\(step"),
     ("rate", (rate_warmup_exponent,), r"peaks at step 8 \(d_model=512, warmup=400\)"),
     ("rate", (rate_factor_two,), r"2 times eq. 3's at every step"),
+    (
+        "rate",
+        (rate_previous_step,),
+        r"^off by one in the step \(d_model=512, warmup=400\): at every step k from 2 "
+        r"on, yours is eq. 3's rate of step k - 1 \(.*\), and at step 1 your function "
+        r"raised ZeroDivisionError.*without subtracting 1",
+    ),
+    (
+        "rate",
+        (rate_previous_step_2022,),
+        r"step k - 1 .* at step 1 it gives eq. 3's rate of step 1 \(step 0 moved to 1",
+    ),
+    (
+        "rate",
+        (rate_next_step,),
+        r"^off by one in the step .*rate of step k \+ 1 .*peaks at step 399 instead "
+        r"of 400.*without adding 1",
+    ),
+    (
+        "rate",
+        (rate_warmup_minus_one,),
+        r"^off by one in warmup .*warmup = 399 instead of 400: .*peaks at step 399",
+    ),
+    (
+        "rate",
+        (rate_rising_from_zero,),
+        r"^off by one in the warm-up .*at each step k < warmup yours is the rising "
+        r"line's value at step k - 1.*the decay after warmup is right",
+    ),
+    (
+        "rate",
+        (rate_decay_plus_one,),
+        r"^off by one in the decay .*k > warmup yours is d_model\^-0.5 \* \(k \+ "
+        r"1\)\^-0.5.*the warm-up is right",
+    ),
     ("label_smoothing", (ls_others,), r"spread eps over the K - 1 other tokens"),
     ("label_smoothing", (ls_label_without_uniform,), r"sums to 0.983333; .*\+ eps / K"),
     ("label_smoothing", (ls_one_hot,), r"one-hot target, not smoothed"),
+    (
+        "label_smoothing",
+        (ls_k_minus_2,),
+        r"^you spread eps over K - 2 tokens, eps / \(K - 2\) = 0.025 each, as the 2018 "
+        r"and 2022 annotated versions did.* eps / K = 0.01667",
+    ),
+    ("label_smoothing", (ls_k_minus_2_padding,), r"^you spread eps over K - 2 tokens"),
+    ("label_smoothing", (ls_complex,), r"^q is complex .*imaginary parts that are all"),
     ("greedy_decode", (greedy_first_position,), r"position \d: .*earlier tokens are"),
     (
         "greedy_decode",
@@ -394,6 +556,19 @@ WRONG = [
         r"position \d: expected token \d+, got",
     ),
     ("greedy_decode", (greedy_one_short,), r"wrong shape: .* \(3, 6\), expected \(3, "),
+    (
+        "greedy_decode",
+        (greedy_no_mask,),
+        r"^the subsequent mask is missing: model.decode got tgt_mask=None .*Pass "
+        r"subsequent_mask\(ys.size\(1\)\) as tgt_mask",
+    ),
+    ("greedy_decode", (greedy_all_true_mask,), r"is not the subsequent mask \(row t"),
+    (
+        "greedy_decode",
+        (greedy_decoder_no_mask,),
+        r"^sentence 0, position 2: .*earlier tokens are right.*subsequent_mask",
+    ),
+    ("greedy_decode", (greedy_float,), r"dtype torch.float32; token ids .* integers"),
     ("bleu", (bp_inverted, sol.bleu_score), r"e\^\(1 - c/r\) = .*e\^\(1 - r/c\)"),
     ("bleu", (bp_always, sol.bleu_score), r"longer than its references is not penal"),
     ("bleu", (sol.brevity_penalty, bleu_arithmetic), r"averaged the precisions arith"),
@@ -462,6 +637,336 @@ def test_forgotten_return_is_named():
     assert "did you forget `return`?" in verdict.message, verdict
 
 
+# --------------------------------------------------------------- hostile answers
+# A check gives a verdict in words on whatever the reader's function does or returns,
+# and never raises. The generic fallback ("the check could not compare ...") is for
+# what nobody foresaw; none of these may reach it.
+
+FALLBACK = "the check could not compare"
+
+
+def _returning(value):
+    def fn(*args):
+        return value
+
+    return fn
+
+
+class Thing:
+    pass
+
+
+def _generator():
+    yield 1
+
+
+HOSTILE_VALUES = {  # value, words the verdict must contain
+    "none": (None, r"None \(did you forget `return`\?\)"),
+    "string": ("not a tensor", r"a str \('not a tensor'\)"),
+    "object": (Thing(), r"an object of type Thing"),
+    "generator": (_generator(), r"a generator"),
+    "numpy": (np.zeros((2, 3)), r"NumPy array of shape \(2, 3\)"),
+    "nested list": ([[1.0, 2.0], [3.0, 4.0]], r"list of 2 items"),
+    "complex number": (1 + 2j, r"complex number \(?\(1\+2j\)"),
+    "huge int": (10**5000, r"a number \(too long to show\)"),
+    "bool": (True, r"a bool \(True\)"),
+    "dict": ({}, r"an object of type dict"),
+    "function": (sol.rate, r"did you return it instead of calling it"),
+    "empty tensor": (torch.zeros(0), r"\(0,\)|dtype torch.float32; token ids"),
+}
+
+
+def _transform(fns, i, f):
+    """The solutions `fns` with the i-th's result passed through f (each element of
+    a tuple result)."""
+
+    def fn(*args):
+        result = fns[i](*args)
+        return tuple(map(f, result)) if isinstance(result, tuple) else f(result)
+
+    fns = list(fns)
+    out = list(fns)
+    out[i] = fn
+    return tuple(out)
+
+
+def _other_dtype(t):
+    if t.dtype == torch.float32:
+        return t.double()
+    return t.float()
+
+
+TENSOR_RESULTS = {  # for the checks whose functions return tensors
+    "complex": (lambda t: t + 5j, r"complex \(torch.complex\d+, with imaginary parts"),
+    "dtype": (_other_dtype, r"dtype torch.float(64|32)"),
+    "meta": (lambda t: t.to("meta"), r"on device meta"),
+    "sparse": (lambda t: t.to_sparse(), r"sparse_coo tensor; return an ordinary"),
+    "numpy": (lambda t: t.numpy(), r"a NumPy array .*torch.from_numpy"),
+    "list": (lambda t: t.tolist(), r"should be a tensor, got a list .*torch"),
+}
+NUMBER_RESULTS = {  # for the checks whose functions return numbers
+    "complex": (lambda x: x + 5j, r"real number, got the complex number"),
+    "numpy": (lambda x: np.array([x, x]), r"NumPy array .*a Python float"),
+    "two numbers": (lambda x: torch.tensor([x, x]), r"number, got a tensor of shape"),
+    "string": (str, r"a number, got a str"),
+}
+NUMBER_CHECKS = {"rate", "bleu", "length_penalty"}
+
+
+def _positions():
+    return [(n, i) for n, fns in SOLUTIONS.items() for i in range(len(fns))]
+
+
+def _ids(pairs):
+    return [f"{n}-{i}" for n, i in pairs]
+
+
+def _assert_wrong(verdict, words):
+    assert verdict.status == "wrong", verdict
+    assert FALLBACK not in verdict.message, verdict
+    assert "Traceback" not in verdict.message
+    assert re.search(words, verdict.message), verdict.message
+
+
+@pytest.mark.parametrize("name, i", _positions(), ids=_ids(_positions()))
+@pytest.mark.parametrize("value", list(HOSTILE_VALUES))
+def test_any_returned_value_gets_a_verdict_in_words(name, i, value):
+    returned, words = HOSTILE_VALUES[value]
+    if value == "generator":  # a fresh one each time: an earlier test may have run it
+        returned = _generator()
+    fns = list(SOLUTIONS[name])
+    fns[i] = _returning(returned)
+    _assert_wrong(check.EXERCISES[name](*fns), words)
+
+
+FORMS = [
+    (n, i, change)
+    for n, i in _positions()
+    for change in (NUMBER_RESULTS if n in NUMBER_CHECKS else TENSOR_RESULTS)
+]
+
+
+@pytest.mark.parametrize(
+    "name, i, change", FORMS, ids=[f"{n}-{i}-{c}" for n, i, c in FORMS]
+)
+def test_a_right_answer_in_the_wrong_form_is_wrong(name, i, change):
+    """The solution's own result made complex, of another dtype, on another device,
+    sparse, a NumPy array, a list: each is wrong, and said so."""
+    table = NUMBER_RESULTS if name in NUMBER_CHECKS else TENSOR_RESULTS
+    f, words = table[change]
+    if name == "subsequent_mask" and change == "complex":
+        f = lambda t: t.to(torch.complex64) + 5j  # noqa: E731 (bool + 5j is an error)
+    _assert_wrong(check.EXERCISES[name](*_transform(SOLUTIONS[name], i, f)), words)
+
+
+class BadMessage(Exception):
+    def __str__(self):
+        raise RuntimeError("no message")
+
+
+def _raise(exc):
+    def fn(*args):
+        raise exc
+
+    return fn
+
+
+def _recurse(*args):
+    return _recurse(*args)
+
+
+HOSTILE_FUNCTIONS = {  # function, status, words
+    "ValueError": (_raise(ValueError("bad")), "wrong", r"raised ValueError: bad, at `"),
+    "bad message": (_raise(BadMessage()), "wrong", r"raised BadMessage: \(its message"),
+    "exit": (_raise(SystemExit(3)), "wrong", r"called exit\(\) or sys.exit\(\)"),
+    "recursion": (_recurse, "wrong", r"raised RecursionError"),
+    "interrupt": (_raise(KeyboardInterrupt()), "not done", r"^interrupted before"),
+}
+
+
+@pytest.mark.parametrize("name, i", _positions(), ids=_ids(_positions()))
+@pytest.mark.parametrize("kind", list(HOSTILE_FUNCTIONS))
+def test_any_function_gets_a_verdict_in_words(name, i, kind):
+    fn, status, words = HOSTILE_FUNCTIONS[kind]
+    fns = list(SOLUTIONS[name])
+    fns[i] = fn
+    verdict = check.EXERCISES[name](*fns)
+    assert verdict.status == status, verdict
+    assert re.search(words, verdict.message), verdict.message
+
+
+class Unreadable(torch.Tensor):
+    """A tensor on which every torch operation fails: what no check foresees."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError("unreadable")
+
+
+def test_what_no_check_foresaw_still_gets_a_verdict():
+    def fn(*args):
+        return torch.zeros(2, 3, 8).as_subclass(Unreadable)
+
+    verdict = check.layer_norm(fn)
+    assert verdict.status == "wrong", verdict
+    assert re.search(
+        FALLBACK + r" .*\(RuntimeError: unreadable\); make it return what the "
+        "exercise asks for",
+        verdict.message,
+    ), verdict
+
+
+def _mutating(fn):
+    """fn, then every tensor argument changed in place (the result is fn's)."""
+
+    def mutate(*args):
+        result = fn(*args)
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                a.logical_not_() if a.dtype == torch.bool else a.add_(1)
+        return result
+
+    return mutate
+
+
+TAKES_TENSORS = [
+    (n, i)
+    for n, i in _positions()
+    if n not in {"subsequent_mask", "positional_encoding"} | NUMBER_CHECKS
+]
+
+
+@pytest.mark.parametrize("name, i", TAKES_TENSORS, ids=_ids(TAKES_TENSORS))
+def test_a_function_that_changes_its_inputs_is_told(name, i):
+    fns = list(SOLUTIONS[name])
+    fns[i] = _mutating(fns[i])
+    _assert_wrong(
+        check.EXERCISES[name](*fns), r"changed its argument (`\w+`|number \d) in place"
+    )
+
+
+def test_printing_a_lot_changes_nothing(capsys):
+    def chatty(*args):
+        for i in range(20_000):
+            print("step", i)
+        return sol.layer_norm(*args)
+
+    assert check.layer_norm(chatty).ok
+    assert capsys.readouterr().out.count("\n") == 20_000
+
+
+def _forever(*args):
+    while True:
+        pass
+
+
+def _forever_swallowing(*args):
+    while True:
+        try:
+            time.sleep(0.01)
+        except Exception:  # a reader's catch-all does not keep the loop alive
+            pass
+
+
+def _sleeping(*args):
+    time.sleep(3600)
+
+
+class NetFired(BaseException):  # through a reader's `except Exception`, as the check's
+    pass
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no SIGALRM timer")
+@pytest.mark.parametrize("fn", [_forever, _forever_swallowing, _sleeping])
+def test_a_function_that_never_ends_is_stopped(fn, monkeypatch):
+    """Stopped after TIME_LIMIT_S with a message; then the process is as before: the
+    previous SIGALRM handler and timer back, and checks work again. (The previous
+    timer is this test's safety net: were the check's own timer broken, it ends the
+    endless call after 30 s and the test fails instead of hanging.)"""
+
+    def net(signum, frame):
+        raise NetFired("the check did not stop the endless function")
+
+    monkeypatch.setattr(check, "TIME_LIMIT_S", 1.0)
+    before = signal.signal(signal.SIGALRM, net)
+    signal.setitimer(signal.ITIMER_REAL, 30.0, 1.0)
+    try:
+        start = time.monotonic()
+        verdict = check.rate(fn)
+        elapsed = time.monotonic() - start
+        assert signal.getsignal(signal.SIGALRM) is net
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30.0 - elapsed + 0.1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    _assert_wrong(
+        verdict,
+        r"^your function ran longer than 1 s \(called as rate\(1, 512, 400\)\); "
+        r"look for a loop that never ends",
+    )
+    monkeypatch.undo()  # the usual limit: a loaded machine may take a second or two
+    assert check.rate(sol.rate).ok
+    assert check.greedy_decode(sol.greedy_decode).ok
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no SIGALRM timer")
+def test_an_outer_timer_keeps_running(monkeypatch):
+    """A timer someone else armed before the check still fires after it."""
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *a: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        assert check.length_penalty(sol.length_penalty).ok
+        assert not fired and 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 1.0
+        time.sleep(1.5)
+        assert fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_check_in_another_thread_runs_without_a_limit():
+    """Off the main thread no SIGALRM handler can be set: the check still works."""
+    import threading
+
+    verdicts = []
+    worker = threading.Thread(target=lambda: verdicts.append(check.rate(sol.rate)))
+    worker.start()
+    worker.join(timeout=60)
+    assert verdicts and verdicts[0].ok
+
+
+def test_an_endless_loop_is_stopped_in_a_jupyter_kernel():
+    """In a real kernel, as the notebook runs: the cell with the endless loop ends
+    with a verdict, and the next cell's check works."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import exercise_checks as check, exercises_solutions as sol\n"
+            "check.TIME_LIMIT_S = 0.5"
+        ),
+        nbformat.v4.new_code_cell(
+            "def rate(step, d_model, warmup):\n    while True:\n        pass\n\n\n"
+            "check.rate(rate)"
+        ),
+        nbformat.v4.new_code_cell("check.rate(sol.rate)"),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]])}
+    client = NotebookClient(
+        nb,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT)}},
+    )
+    client.execute(cwd=str(ROOT), env=env)
+    text = [
+        "".join(o.get("data", {}).get("text/plain", "") for o in c.outputs)
+        for c in nb.cells
+    ]
+    assert text[1].startswith("✗ rate: your function ran longer than 0.5 s"), text
+    assert text[2].startswith("✓ rate: correct."), text
+
+
 # --------------------------------------------------------------- the notebook
 
 
@@ -470,7 +975,7 @@ def notebook_cells():
 
 
 def test_the_notebook_has_a_stub_and_a_check_per_exercise():
-    """Each exercise of atkit.exercises has one check cell, in the same order; each
+    """Each exercise of exercise_checks has one check cell, in the same order; each
     stub cell raises NotImplementedError and defines a function of the solutions'."""
     code = [c.source for c in notebook_cells() if c.cell_type == "code"]
     called = [m for src in code for m in re.findall(r"^check\.(\w+)\(", src, re.M)]
@@ -481,26 +986,31 @@ def test_the_notebook_has_a_stub_and_a_check_per_exercise():
     assert sorted(names) == sorted(
         f.__name__ for fns in SOLUTIONS.values() for f in fns
     )
-    assert all(src.count("raise NotImplementedError") == len(d)
-               for src, d in zip(stubs, defined, strict=True))  # fmt: skip
+    assert all(
+        src.count("raise NotImplementedError") == len(d)
+        for src, d in zip(stubs, defined, strict=True)
+    )
     assert not any("exercises_solutions" in src for src in code)
 
 
 def test_the_setup_cell_is_the_main_notebooks():
     """Both notebooks fetch the repository on Colab with the same code."""
-    first = lambda path: next(c for c in jupytext.read(path).cells
-                              if c.cell_type == "code")  # fmt: skip
+    first = lambda path: next(
+        c for c in jupytext.read(path).cells if c.cell_type == "code"
+    )
     assert first(MD).source == first(ROOT / "annotated_transformer.md").source
 
 
 def test_committed_outputs_are_the_unfilled_stubs():
     nb = nbformat.read(IPYNB, as_version=4)
     verdicts = [
-        "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "")
-                for o in c.outputs)
+        "".join(
+            o.get("data", {}).get("text/plain", "") + o.get("text", "")
+            for o in c.outputs
+        )
         for c in nb.cells
         if c.cell_type == "code" and re.search(r"^check\.", c.source, re.M)
-    ]  # fmt: skip
+    ]
     assert len(verdicts) == len(check.EXERCISES)
     for name, text in zip(check.EXERCISES, verdicts, strict=True):
         assert text.strip() == repr(check.Verdict(name, "not done", check.NOT_DONE))
@@ -521,8 +1031,11 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     for cell in nb.cells:
         if cell.cell_type == "code" and "raise NotImplementedError" in cell.source:
             names = re.findall(r"^def (\w+)\(", cell.source, re.M)
-            owner = next(n for n, fns in SOLUTIONS.items()
-                         if names[0] in {f.__name__ for f in fns})  # fmt: skip
+            owner = next(
+                n
+                for n, fns in SOLUTIONS.items()
+                if names[0] in {f.__name__ for f in fns}
+            )
             if owner in solved:
                 cell.source += f"\n\nfrom exercises_solutions import {', '.join(names)}"
     nbformat.write(nb, colab / IPYNB.name)
@@ -530,13 +1043,15 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     if inherited_pythonpath():
         env["PYTHONPATH"] = os.pathsep.join(inherited_pythonpath())
     env.update(AT_REPO_URL=f"file://{repo}", AT_PRESET="ci", MULTI30K_DIR=str(DATA))
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": colab}})  # fmt: skip
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": colab}}
+    )
     client.execute(cwd=str(colab), env=env)
-    errors = [o for c in nb.cells for o in c.get("outputs", [])
-              if o.output_type == "error"]  # fmt: skip
+    errors = [
+        o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"
+    ]
     assert not errors, f"{errors[0].ename}: {errors[0].evalue}"
-    assert (colab / "at-repo" / "atkit" / "exercises.py").is_file()
+    assert (colab / "at-repo" / "exercise_checks.py").is_file()
     for cell in nb.cells:
         called = re.findall(r"^check\.(\w+)\(", cell.source, re.M)
         if not called:

@@ -1,9 +1,12 @@
-"""The notebook pair, the generated module and the committed outputs stay consistent."""
+"""The notebook pair, the generated module and the committed outputs stay consistent,
+and the README's results block is copied from the committed notebook whole or not at
+all (tools.readme_results)."""
 
 import os
 import re
 import subprocess
 import sys
+import traceback
 from datetime import datetime
 
 import jupytext
@@ -11,7 +14,9 @@ import nbformat
 import pytest
 
 import nbexport
+from atkit.runtime import RUN_MIME
 from conftest import ROOT, clean_env
+from tools import readme_results
 
 MD = ROOT / "annotated_transformer.md"
 IPYNB = ROOT / "annotated_transformer.ipynb"
@@ -80,11 +85,34 @@ def test_exported_module_is_importable_by_other_processes(tmp_path):
     assert r.stdout.strip() == str(nbexport.load().MODEL_SIZES["tiny"]["d_model"])
 
 
+def test_library_lines_keep_their_notebook_line_numbers(lib):
+    """The generated module holds each library line on the line it has in the .md,
+    and is compiled under the notebook's name: a traceback from the library names
+    annotated_transformer.md and the right line there."""
+    md = MD.read_text(encoding="utf-8").splitlines()
+    generated = nbexport.module_source().splitlines()
+    code = [
+        (number, line)
+        for number, line in enumerate(generated, start=1)
+        if line.strip() and number > 1 and not line.startswith("# --- ")
+    ]
+    assert len(code) > 1000
+    moved = [(n, line) for n, line in code if md[n - 1] != line]
+    assert not moved, f"lines not on their .md line: {moved[:3]}"
+    with pytest.raises(lib.ConfigError) as err:
+        lib.run_config("ci", P_drop=1.5)
+    frames = [f for f in traceback.extract_tb(err.tb) if f.filename == str(MD)]
+    assert [f.name for f in frames][:1] == ["run_config"], frames
+    for frame in frames:
+        assert md[frame.lineno - 1].strip() == generated[frame.lineno - 1].strip()
+        assert frame.line and frame.line in md[frame.lineno - 1]
+
+
 def test_the_library_holds_no_repository_glue():
     """The exported module knows nothing of this repository's layout: no tools/
     paths, no nbexport, no search for the repository root, no sys.path edits."""
     source = nbexport.module_source()
-    source = source[source.index("# --- library cell") :]  # after the generated header
+    source = source[source.index("\n# --- ") :]  # after the generated header
     for glue in ("tools/", "nbexport", "repo_root", "sys.path", "__file__"):
         assert glue not in source, f"library code mentions {glue!r}"
 
@@ -129,9 +157,13 @@ def test_wait_policy_is_set_before_any_cell_imports_torch():
         "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True,
-        text=True, check=True,
-    )  # fmt: skip
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["PASSIVE", "True"]
 
 
@@ -202,10 +234,11 @@ def test_the_noise_check_finds_each_kind():
         ("stdout", "fine: 1/510 of a step, checkpoints/cpu/part3, https://a.b/c"),
     ]
     nb.cells = [
-        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("stream", name=n,
-                                                                  text=t)])
+        nbformat.v4.new_code_cell(
+            outputs=[nbformat.v4.new_output("stream", name=n, text=t)]
+        )
         for n, t in texts
-    ]  # fmt: skip
+    ]
     found = noise_in(nb)
     for i in range(4):
         assert any(f.startswith(f"cell {i}:") for f in found), (i, found)
@@ -229,8 +262,8 @@ def cell_minutes(cell) -> float | None:
 
 def expectations_missed(nb) -> list[str]:
     """Cells whose printed 'expected: about N min' is further from what the run that
-    printed it took than a quarter of N or a minute, whichever is more (CELL_MINUTES
-    is out of date)."""
+    printed it took than a quarter of N or a minute, whichever is more (the preset's
+    `minutes` are out of date)."""
     texts = {}
     for i, _, text in output_texts(nb):
         texts[i] = texts.get(i, "") + text
@@ -248,10 +281,11 @@ def expectations_missed(nb) -> list[str]:
 
 def test_printed_cell_times_are_those_of_the_committed_run():
     """Each 'expected: about N min' a cell prints is the time that cell took in the
-    committed run, give or take a quarter: set CELL_MINUTES from the run you commit."""
+    committed run, give or take a quarter: set the preset's `minutes` from the run you
+    commit."""
     missed = expectations_missed(nbformat.read(IPYNB, as_version=4))
-    assert not missed, "update CELL_MINUTES from the committed run:\n" + "\n".join(
-        missed
+    assert not missed, (
+        "update PRESETS[...].minutes from the committed run:\n" + "\n".join(missed)
     )
 
 
@@ -276,3 +310,105 @@ def test_the_cell_time_check_finds_a_stale_figure():
     ]
     missed = expectations_missed(nb)
     assert [m.split(":")[0] for m in missed] == ["cell 1"], missed
+
+
+# ------------------------------------------ the README's results: whole or not at all
+
+
+def results_notebook(path, text: str, error: bool = False):
+    nb = nbformat.v4.new_notebook()
+    setup = nbformat.v4.new_code_cell("RUNTIME")
+    setup.outputs = [  # the Setup cell's line, and the same facts as data
+        nbformat.v4.new_output(
+            "execute_result",
+            data={"text/plain": "preset ci", RUN_MIME: {"preset": "ci"}},
+            execution_count=1,
+        )
+    ]
+    cell = nbformat.v4.new_code_cell("print(results)", metadata={"tags": ["results"]})
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    if error:
+        failure = nbformat.v4.new_output(
+            "error",
+            ename="RuntimeError",
+            evalue="training diverged",
+            traceback=["RuntimeError: training diverged"],
+        )
+        cell.outputs.append(failure)
+    nb.cells = [nbformat.v4.new_markdown_cell("## Part 3"), setup, cell]
+    nbformat.write(nb, path)
+    return path
+
+
+def readme_with_markers(path, filler: int = 0) -> bytes:
+    text = (
+        "# Title\n\n" + "x" * filler + "\n"
+        f"{readme_results.START}\nold results\n{readme_results.END}\nend\n"
+    )
+    path.write_text(text)
+    return path.read_bytes()
+
+
+def test_readme_results_copies_the_block(tmp_path):
+    nb = results_notebook(tmp_path / "nb.ipynb", "BLEU 30.0\n")
+    readme = tmp_path / "README.md"
+    readme_with_markers(readme)
+    assert readme_results.main(["--notebook", str(nb), "--readme", str(readme)]) == 0
+    assert "BLEU 30.0" in readme.read_text() and "old results" not in readme.read_text()
+
+
+def test_results_blocks_under_one_heading_are_told_apart(tmp_path):
+    nb = nbformat.read(results_notebook(tmp_path / "nb.ipynb", "BLEU 30.0\n"), 4)
+    more = nbformat.v4.new_code_cell("print(spread)", metadata={"tags": ["results"]})
+    more.outputs = [nbformat.v4.new_output("stream", name="stdout", text="range 1\n")]
+    lead = nbformat.v4.new_markdown_cell("**How much a score moves.** A paragraph.")
+    nb.cells += [lead, more]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    block = readme_results.results_block(tmp_path / "nb.ipynb")
+    assert "**Part 3**\n\n```text\nBLEU 30.0" in block
+    assert "**Part 3: How much a score moves**\n\n```text\nrange 1" in block
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_an_errored_results_cell_is_never_copied(tmp_path, check):
+    nb = results_notebook(tmp_path / "nb.ipynb", "BLEU 0.0 (partial)\n", error=True)
+    readme = tmp_path / "README.md"
+    before = readme_with_markers(readme)
+    argv = ["--notebook", str(nb), "--readme", str(readme)] + ["--check"] * check
+    with pytest.raises(SystemExit, match="ended in an error") as err:
+        readme_results.main(argv)
+    assert "RuntimeError" in str(err.value) and "Part 3" in str(err.value)
+    assert readme.read_bytes() == before
+
+
+@pytest.mark.parametrize("markers", ["reversed", "doubled", "missing"])
+def test_results_markers_out_of_order_are_a_clear_error(markers):
+    start, end = readme_results.START, readme_results.END
+    text = {
+        "reversed": f"a\n{end}\nold\n{start}\nb\n",
+        "doubled": f"{start}\n{end}\n{start}\n{end}\n",
+        "missing": f"a\n{start}\nold\n",
+    }[markers]
+    with pytest.raises(SystemExit, match="marker"):
+        readme_results.replace_block(text, "new\n")
+
+
+def test_a_full_disk_leaves_readme_as_it_was(small_disk, tmp_path):
+    readme = small_disk / "README.md"
+    before = readme_with_markers(readme, filler=30_000)
+    nb = results_notebook(tmp_path / "nb.ipynb", "BLEU 30.0\n" * 4_000)  # 40 kB
+    with pytest.raises(OSError) as err:
+        readme_results.main(["--notebook", str(nb), "--readme", str(readme)])
+    assert err.value.errno == 28  # ENOSPC: the write did not fit
+    assert readme.read_bytes() == before
+    assert [p.name for p in small_disk.iterdir()] == ["README.md"], "temp file left"
+
+
+def test_readme_results_refuses_a_missing_file_before_any_work(tmp_path, capsys):
+    """issue 47: a missing --readme is one error line, not a traceback."""
+    status = readme_results.main_guarded(
+        ["--readme", str(tmp_path / "nope.md"), "--notebook", str(IPYNB)]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("error:") == 1 and "no such file" in err
+    assert "Traceback" not in err

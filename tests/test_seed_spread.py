@@ -1,4 +1,6 @@
-"""tools.seed_spread: the summary Part 4's table reads, and reusing finished runs."""
+"""tools.seed_spread: the summary Part 4's table reads (refused in another precision
+or with other settings), every seed trained in a folder of its own, and reusing
+finished runs. Its flags: tests/test_settings_cli.py."""
 
 import json
 import shutil
@@ -9,8 +11,8 @@ import pytest
 from atkit import seeds
 from tools import seed_spread
 
-SMALL = ["--set", "n_train=200", "--set", "n_eval=20", "--set", "steps=20",
-         "--set", "eval_every=10"]  # fmt: skip
+SETTINGS = ("n_train=200", "n_eval=20", "steps=20", "eval_every=10")
+SMALL = [part for setting in SETTINGS for part in ("--set", setting)]
 
 
 @pytest.fixture
@@ -36,17 +38,32 @@ def test_the_summary_holds_every_seed_and_is_reused(lib, small_models, capsys):
             s = m[key]
             assert s["min"] == min(s["values"]) and s["max"] == max(s["values"])
             assert s["range"] == round(s["max"] - s["min"], 2)
-        runs = [json.loads(Path(f"results/ci-seed-{folder}-{seed}.json").read_text())
-                for seed in (0, 3)]  # fmt: skip
+        runs = [
+            json.loads(Path(f"results/ci-seed-{folder}-{seed}.json").read_text())
+            for seed in (0, 3)
+        ]
         assert [r["config"]["seed"] for r in runs] == [0, 3]
         assert m["bleu_test_2016_flickr"]["values"] == [
             r["bleu_test_2016_flickr"] for r in runs
         ]
-    # the notebook accepts it for these configs, refuses it for others
+    # every seed trained in a folder of its own, never in the notebook's
+    root = Path("ckpt/ci")
+    assert sorted(p.name for p in root.iterdir()) == ["seeds"]
+    folders = sorted(p.name for p in (root / "seeds").iterdir())
+    assert folders == sorted(
+        f"{f}-{seed}" for _, f, _ in small_models for seed in (0, 3)
+    )
+    # the notebook accepts it for these configs in this precision, and no other
     configs = {name: spread["models"][name]["config"] for name, *_ in small_models}
-    assert seeds.load_spread("ci", configs)[0] == spread
+    cls, precision = lib.RunConfig, spread["precision"]
+    assert seeds.load_spread("ci", configs, cls, precision) == (spread, "")
     other = {**configs, "part3": {**configs["part3"], "steps": 21}}
-    assert seeds.load_spread("ci", other)[0] is None
+    found, why = seeds.load_spread("ci", other, cls, precision)
+    assert found is None and "other settings of 'part3'" in why
+    elsewhere = "bf16" if precision != "bf16" else "fp32"
+    found, why = seeds.load_spread("ci", configs, cls, elsewhere)
+    assert found is None and f"measured in {precision}" in why
+    assert spread["command"] in why
     # with the summary gone, a second call reuses the finished runs' results and
     # writes the same summary
     out.unlink()
@@ -85,12 +102,16 @@ def test_a_results_file_of_other_settings_is_not_reused(lib, small_models):
 def test_settings_a_model_never_reads_do_not_count(lib):
     words = lib.run_config("ci").to_dict()
     bpe = lib.run_config("ci", vocab="bpe", tie="all").to_dict()
-    assert seeds.same_settings(words, {**words, "seed": 7})
-    assert seeds.same_settings(words, {**words, "bpe_size": 77})  # words: no BPE
-    assert not seeds.same_settings(words, {**words, "min_freq": 3})
-    assert seeds.same_settings(bpe, {**bpe, "min_freq": 3})  # BPE: no word counts
-    assert not seeds.same_settings(bpe, {**bpe, "bpe_size": 77})
-    assert not seeds.same_settings(words, {**bpe, "tie": "tgt"})  # another vocab
+
+    def same(a, b):
+        return seeds.same_settings(lib.RunConfig, a, b)
+
+    assert same(words, {**words, "seed": 7})
+    assert same(words, {**words, "bpe_size": 77})  # words: no BPE
+    assert not same(words, {**words, "min_freq": 3})
+    assert same(bpe, {**bpe, "min_freq": 3})  # BPE: no word counts
+    assert not same(bpe, {**bpe, "bpe_size": 77})
+    assert not same(words, {**bpe, "tie": "tgt"})  # another vocab
 
 
 def test_a_model_the_summary_holds_is_not_trained_again(lib, small_models, capsys):
@@ -102,9 +123,9 @@ def test_a_model_the_summary_holds_is_not_trained_again(lib, small_models, capsy
     before = json.loads(out.read_text())
     for f in Path("results").iterdir():
         f.unlink()
-    root = Path("ckpt/ci")  # the BPE model's old runs: its trainer would refuse them
-    for d in (root / small_models[1][1], root / "seeds" / f"{small_models[1][1]}-1"):
-        shutil.rmtree(d)
+    seeds_dir = Path("ckpt/ci/seeds")  # the BPE model's old runs: refused by train
+    for seed in (0, 1):
+        shutil.rmtree(seeds_dir / f"{small_models[1][1]}-{seed}")
     sized = tuple(
         (n, f, [*sets, "--set", "bpe_size=300"]) for n, f, sets in small_models
     )

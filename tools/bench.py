@@ -1,19 +1,22 @@
 """Training throughput of the didactic step and the fast step: same model, same batches.
 
-    python -m tools.bench                          # the preset's model (cpu: "small")
+    python -m tools.bench                          # the preset's model (cpu: N=2)
     python -m tools.bench --preset gpu             # the gpu preset's model, compiled
-    python -m tools.bench --preset gpu --size base # the paper's base model (Table 3)
+    python -m tools.bench --preset gpu --size base # Table 3's base sizes (N=6, d=512,
+                                                   # d_ff=2048, h=8), the preset's vocab
     python -m tools.bench --precision fp32         # the fast path in float32
     python -m tools.bench --attn sdpa              # the fast path's attention kernel
     python -m tools.bench --profile                # operators by self time, fast path
+    python -m tools.bench --json bench.json        # the figures as JSON too
 
 The didactic path is Parts 1-2 as written: attention and LayerNorm as explicit tensor
 operations, log-softmax + LabelSmoothing, float32, Adam's per-tensor update. The fast
 path is Part 2's fast step in the preset's precision ("auto": what the hardware does
 best) and, where the preset says so, compiled. Both are assembled by the notebook's
-`training_parts` and trained by its `train_step`, on batches made by its `make_batches`.
-Throughput is counted in label (target) tokens per second. Paths alternate round by
-round so that load from other processes hits both alike; the best round counts.
+`training_parts` and trained by its `train_step`, on batches made by its `make_batches`
+from random token ids with Multi30k-like lengths. Throughput is counted in label
+(target) tokens per second. Paths alternate round by round so that load from other
+processes hits both alike; the best round counts.
 
 Besides tokens/s the script prints the arithmetic rate the step achieves (FLOP/s, from
 PyTorch's FlopCounterMode on one step of each batch: forward and backward) and, on a
@@ -21,6 +24,14 @@ GPU, MFU: that rate as a share of the GPU's dense bf16 (fp16) peak. On a CPU it 
 the features that decide the precision (AMX, AVX512-BF16) instead. Peak memory is the
 training's peak above the model and data: max_memory_allocated on a GPU; on a CPU the
 growth of the resident set's high-water mark in a fresh process per path.
+
+Last, it prints the target beside what it measured. The target is set for the gpu
+preset's own model (N=6, d_model=512, d_ff=1024, h=4, vocabulary 8000) on one H100: the
+fast step at least 5 times the didactic one and at least 300,000 label tokens/s. It is
+judged only for `--preset gpu` as it stands (no --set, --size, --vocab, --precision,
+--compile or --attn) on an H100; elsewhere the line says why it is not. On a CPU it is
+a GPU target, not measured. Every flag and the --json path are checked before anything
+is measured; a failure ends in one `error:` line (tools/errors.py).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import resource
 import statistics
@@ -36,8 +48,12 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import cli, runtime
+from atkit import files, runtime
 from atkit.prose import say
+from tools import errors
+from tools import train as cli
+
+PROG = "python -m tools.bench"
 
 # Dense bf16 (fp16 where the GPU has no bf16) tensor-core peaks, FLOP/s, from the
 # vendors' data sheets. Names match as whole words, specific ones first.
@@ -60,9 +76,28 @@ PEAK_FLOPS = [
 PATHS = ("didactic", "fast")
 
 
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What the fast step should reach (issue 46): set on the gpu preset's own model,
+    measured as `python -m tools.bench --preset gpu` measures it, on one `gpu`."""
+
+    preset: str = "gpu"
+    gpu: str = "H100"
+    speedup: float = 5.0  # fast / didactic, label tokens/s
+    tokens_per_s: float = 300_000  # the fast path's label tokens/s
+
+
+TARGET = Target()
+
+
+def names_gpu(device_name: str, key: str) -> bool:
+    """Whether `key` ("H100") names the GPU `device_name`, as a whole word."""
+    return bool(re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", device_name, re.I))
+
+
 def peak_flops(device_name: str) -> float | None:
     for key, flops in PEAK_FLOPS:
-        if re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", device_name, re.I):
+        if names_gpu(device_name, key):
             return flops
     return None
 
@@ -83,47 +118,114 @@ def paths_arg(text: str) -> list[str]:
 
 
 def parse_args(lib, argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
     cli.add_set_option(p)
     p.add_argument(
-        "--size", choices=sorted(lib.MODEL_SIZES), default=None,
+        "--size",
+        choices=sorted(lib.MODEL_SIZES),
+        default=None,
         help="a named model size instead of the preset's model",
-    )  # fmt: skip
+    )
     p.add_argument("--vocab", type=positive, default=None, help="default: bpe_size")
     p.add_argument("--batches", type=positive, default=8, help="distinct batches")
     p.add_argument("--steps", type=positive, default=3, help="timed steps per round")
     p.add_argument("--rounds", type=positive, default=3)
     p.add_argument(
-        "--precision", choices=lib.PRECISIONS, default=None,
+        "--precision",
+        choices=lib.PRECISIONS,
+        default=None,
         help="fast path precision (default: the preset's)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="torch.compile the fast path (default: the preset's)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--threads", type=positive, default=None,
+        "--threads",
+        type=positive,
+        default=None,
         help="torch threads (default: Setup's rule for the preset)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--attn", choices=("didactic", "sdpa"), default=None,
+        "--attn",
+        choices=("didactic", "sdpa"),
+        default=None,
         help="the fast path's attention (default: fast_attention_impl's choice)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--profile", action="store_true",
+        "--profile",
+        action="store_true",
         help="print torch.profiler's top operators of the fast path and stop",
-    )  # fmt: skip
+    )
     p.add_argument("--paths", type=paths_arg, default=list(PATHS))
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--json", type=Path, default=None, help="also write figures here")
+    p.add_argument(
+        "--json",
+        type=cli.file_path,
+        default=None,
+        help="also write the figures to this file (JSON)",
+    )
     args = p.parse_args(argv)
-    args.preset = args.preset or runtime.choose_preset()
-    cfg = cli.config_from_args(lib, p, args.preset, args.changes)
+    cores = runtime.cores_available()
+    if args.threads and args.threads > cores:
+        p.error(
+            f"--threads {args.threads}: this process may use {cores} CPU core(s); "
+            f"give at most {cores} (more threads than cores only wait for each other)"
+        )
+    if args.profile and args.json:
+        p.error("--profile prints a table and writes no figures: leave out --json")
+    try:
+        args.preset = args.preset or runtime.choose_preset()
+    except ValueError as err:
+        p.error(f"{err}, or give --preset")
+    cfg = cli.config_from_args(lib, args.preset, args.changes)
     if args.size:
         model = lib.model_config(args.size, norm=cfg.model.norm, max_len=256)
         cfg = dataclasses.replace(cfg, model=model)
     return args, cfg
+
+
+def check_json(path: Path) -> Path:
+    """The file that --json will write (for a symbolic link, the file it points to),
+    or a refusal that says what to do: now, before anything is measured."""
+    if path.is_symlink():
+        if not path.exists():
+            raise errors.UsageError(
+                f"--json {path} is a symbolic link to {os.readlink(path)}, which "
+                "does not exist; give another file name (or fix the link)"
+            )
+        path = Path(os.path.realpath(path))
+    if path.is_dir():
+        raise errors.UsageError(
+            f"--json {path} is a folder; give a file name, such as "
+            f"{path / 'bench.json'}"
+        )
+    if path.exists() and not path.is_file():
+        raise errors.UsageError(
+            f"--json {path} exists and is not a regular file; give another file name"
+        )
+    folder = path.parent
+    if not folder.exists():
+        raise errors.UsageError(
+            f"--json {path}: the folder {folder} does not exist; create it "
+            f"(mkdir -p {folder}) or give a file in a folder that exists"
+        )
+    if not folder.is_dir():
+        raise errors.UsageError(
+            f"--json {path}: {folder} is a file, not a folder; give another path"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise errors.UsageError(
+            f"--json {path} is read-only; give another file name, or make it writable"
+        )
+    try:  # a read-only mount, /proc, a name too long: found now, not at the end
+        files.probe_writable(folder, "--json", path.name)
+    except PermissionError as err:
+        raise errors.UsageError(str(err)) from err
+    return path
 
 
 def synthetic_pairs(lib, cfg, vocab, n_batches):
@@ -233,8 +335,14 @@ def memory_child(lib, setup, batches):
 
 def cpu_peak_mib(argv, path) -> float:
     cmd = [sys.executable, "-m", "tools.bench", *argv, "--memory-child", path]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["peak_mib"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(
+            f"measuring the {path} path's memory in a fresh process failed (exit "
+            f"{proc.returncode}): {last}"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])["peak_mib"]
 
 
 def cpu_features() -> str:
@@ -245,6 +353,83 @@ def cpu_features() -> str:
     return f"CPU features: {', '.join(have)} (ATen kernels: {aten})"
 
 
+def target_setting(lib, args, vocab, precision_name, compile_model) -> list[str]:
+    """How this run differs from the one the target is set for (`--preset gpu` as
+    it stands), as the flags that make the difference; [] for none."""
+    ref = lib.run_config(TARGET.preset)
+    differ = []
+    if args.preset != TARGET.preset:
+        differ.append(f"--preset {args.preset}")
+    differ += [f"--set {key}" for key, _ in args.changes]
+    if args.size:
+        differ.append(f"--size {args.size}")
+    if vocab != ref.bpe_size:
+        differ.append(f"--vocab {vocab}")
+    if precision_name != ref.precision:
+        differ.append(f"--precision {precision_name}")
+    if compile_model != ref.compile:
+        differ.append("--compile" if compile_model else "--no-compile")
+    if args.attn:
+        differ.append(f"--attn {args.attn}")
+    if set(args.paths) != set(PATHS):
+        differ.append(f"--paths {','.join(args.paths)}")
+    return differ
+
+
+def judge_target(lib, differ, device_name, figures) -> tuple[list[str], dict]:
+    """The lines that put the target beside the measured figures, and the same as a
+    record for the JSON file. The target is judged only where it was set: the gpu
+    preset's run as it stands, on an H100."""
+    ref = lib.run_config(TARGET.preset)
+    m = ref.model
+    lines = [
+        f"target: fast >= {TARGET.speedup:g}x didactic and >= "
+        f"{TARGET.tokens_per_s:,.0f} label tok/s, for the {TARGET.preset} preset's "
+        f"model (N={m.N} d_model={m.d_model} d_ff={m.d_ff} h={m.h} vocab="
+        f"{ref.bpe_size}, `{PROG} --preset {TARGET.preset}`) on one {TARGET.gpu}"
+    ]
+    record = {
+        "speedup": TARGET.speedup,
+        "tokens_per_s": TARGET.tokens_per_s,
+        "gpu": TARGET.gpu,
+        "preset": TARGET.preset,
+        "judged": False,
+        "met": None,
+    }
+    if device_name is None:
+        why = "it is a GPU target and this run is on a CPU (not measured here)"
+        lines.append(f"target not judged: {why}")
+        return lines, {**record, "why_not_judged": why}
+    fast = figures.get("fast", {})
+    speedup = figures.get("speedup")
+    measured = "measured: " + ", ".join(
+        part
+        for part in (
+            f"fast {speedup:.2f}x didactic" if speedup else None,
+            f"{fast['tokens_per_s']:,.0f} label tok/s" if fast else None,
+            f"MFU {fast['mfu']:.1%}" if "mfu" in fast else None,
+        )
+        if part
+    )
+    lines.append(measured + f" on {device_name}")
+    if differ:
+        why = f"this run is not the target's setting ({', '.join(differ)})"
+    elif not names_gpu(device_name, TARGET.gpu):
+        why = f"{device_name} is not an {TARGET.gpu}"
+    else:
+        short = []
+        if speedup < TARGET.speedup:
+            short.append(f"speedup {speedup:.2f}x < {TARGET.speedup:g}x")
+        if fast["tokens_per_s"] < TARGET.tokens_per_s:
+            short.append(
+                f"{fast['tokens_per_s']:,.0f} < {TARGET.tokens_per_s:,.0f} label tok/s"
+            )
+        lines.append(f"target NOT met: {'; '.join(short)}" if short else "target met")
+        return lines, {**record, "judged": True, "met": not short}
+    lines.append(f"target not judged: {why}")
+    return lines, {**record, "why_not_judged": why}
+
+
 def main(argv=None) -> int:
     import nbexport
 
@@ -252,6 +437,8 @@ def main(argv=None) -> int:
     lib = nbexport.load()
     torch = lib.torch
     args, cfg = parse_args(lib, argv)
+    if args.json and not args.memory_child:
+        args.json = check_json(args.json)
     vocab = args.vocab or cfg.bpe_size
     precision_name = args.precision or cfg.precision
     compile_model = cfg.compile if args.compile is None else args.compile
@@ -261,13 +448,22 @@ def main(argv=None) -> int:
     batches = lib.make_batches(pairs, cfg, device)[: args.batches]
     paths = args.paths
     if args.memory_child:
-        setup = build(lib, cfg, vocab, args.memory_child, device, precision_name,
-                      compile_model, args.attn)  # fmt: skip
+        setup = build(
+            lib,
+            cfg,
+            vocab,
+            args.memory_child,
+            device,
+            precision_name,
+            compile_model,
+            args.attn,
+        )
         memory_child(lib, setup, batches)
         return 0
     if args.profile:
-        setup = build(lib, cfg, vocab, "fast", device, precision_name, compile_model,
-                      args.attn)  # fmt: skip
+        setup = build(
+            lib, cfg, vocab, "fast", device, precision_name, compile_model, args.attn
+        )
         profile(lib, setup, batches, args.steps)
         return 0
     setups = {
@@ -279,9 +475,10 @@ def main(argv=None) -> int:
     ntok = [b.ntokens for b in batches]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     print(
-        f"device {device}" + (f" ({name})" if name else "")
+        f"device {device}"
+        + (f" ({name})" if name else "")
         + f", torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
-    )  # fmt: skip
+    )
     if device.type == "cpu":
         print(cpu_features())
     auto, why = runtime.auto_precision(device)
@@ -296,8 +493,10 @@ def main(argv=None) -> int:
     if "fast" in setups:
         fast = setups["fast"]
         impl = args.attn or lib.fast_attention_impl(fast[4])
-        print(f"fast path: precision {fast[4].name}, attention {impl}, "
-              f"compile={compile_model and fast[0] is not model}")  # fmt: skip
+        print(
+            f"fast path: precision {fast[4].name}, attention {impl}, "
+            f"compile={compile_model and fast[0] is not model}"
+        )
     for p in paths:  # warm-up: first-call allocations, kernel selection, compiling
         t = time.perf_counter()
         run_steps(lib, setups[p], batches, 1)
@@ -353,12 +552,16 @@ def main(argv=None) -> int:
         ratio = figures["fast"]["tokens_per_s"] / figures["didactic"]["tokens_per_s"]
         figures["speedup"] = ratio
         print(f"fast / didactic: {ratio:.2f}x label tokens/s")
+    differ = target_setting(lib, args, vocab, precision_name, compile_model)
+    lines, figures["target"] = judge_target(lib, differ, name, figures)
+    print()
+    for line in lines:
+        say(line, indent=2)
     if args.json:
-        from atkit.files import write_text_atomic
-
-        write_text_atomic(args.json, json.dumps(figures, indent=2) + "\n")
+        files.write_text_atomic(args.json, json.dumps(figures, indent=2) + "\n")
+        print(f"figures -> {args.json}", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(errors.run_main(main, PROG))

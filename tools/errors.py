@@ -35,6 +35,7 @@ REFUSALS = {
     "DataUnavailableError",
     "DiskFullError",
     "UsageError",
+    "ExportError",
 }
 
 
@@ -74,10 +75,12 @@ def advice(err: BaseException) -> tuple[str, int]:
         )
     if name in REFUSALS:
         return text, 2
+    raw = text.startswith("[Errno")  # the system's words; ours say what to do
     if isinstance(err, PermissionError):
-        return f"{text}; give a path you may write, or change its permissions", 2
+        hint = "; give a path you may write, or change its permissions" if raw else ""
+        return text + hint, 2
     if isinstance(err, FileNotFoundError | NotADirectoryError | IsADirectoryError):
-        return f"{text}; check the path", 2
+        return text + ("; check the path" if raw else ""), 2
     if isinstance(err, MemoryError):
         return (
             "out of memory; use a smaller preset or setting (max_tokens, "

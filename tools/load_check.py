@@ -12,18 +12,24 @@ script prints each wall time and the ratio loaded / idle. It is a measurement fo
 person to read, not a test: nothing here passes or fails, and the numbers depend on the
 machine. The command must leave the working tree as it found it for the rounds to be
 comparable (`make test` does; a training run should use `--fresh` or a new folder).
+A command that cannot be found, or that fails, ends the script with one `error:` line
+(and the command's exit status); so does a --busy beyond the machine's cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
 
+from tools import errors
+
+PROG = "python -m tools.load_check"
 SPIN = "while True: pass"
 
 
@@ -55,8 +61,24 @@ def timed(command, quiet):
     return time.perf_counter() - start, rc
 
 
+def check_command(command) -> None:
+    """Refuse, before anything runs, a command that cannot be started."""
+    name = command[0]
+    if shutil.which(name):
+        return
+    if os.sep in name and os.path.isfile(name):
+        raise errors.UsageError(
+            f"the command {name} is not executable; make it so (chmod +x {name}) or "
+            "run it through its interpreter (-- python3 script.py)"
+        )
+    raise errors.UsageError(
+        f"the command {name!r} was not found (no such file, and not on PATH); "
+        "check its name, e.g. -- make test"
+    )
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--busy", type=int, default=1, help="cores to keep busy")
     parser.add_argument("--rounds", type=int, default=1, help="runs per condition")
     parser.add_argument(
@@ -73,7 +95,18 @@ def main(argv=None):
     if args.busy < 1 or args.rounds < 1:
         parser.error("--busy and --rounds must be at least 1")
     cores = len(os.sched_getaffinity(0))
+    if args.busy > cores:
+        parser.error(
+            f"--busy {args.busy}: this process may use {cores} CPU core(s); give at "
+            f"most {cores} (one spinner per core)"
+        )
     conditions = [args.only] if args.only else ["idle", "loaded"]
+    check_command(command)
+    if "loaded" in conditions and not shutil.which("nice"):
+        raise errors.UsageError(
+            "the load is started with `nice`, which is not on PATH; install it "
+            "(coreutils) or measure with --only idle"
+        )
     times = {c: [] for c in conditions}
     for r in range(args.rounds):
         for condition in conditions:
@@ -90,8 +123,14 @@ def main(argv=None):
                 flush=True,
             )
             if rc != 0:
-                print(f"[load_check] the command failed (exit {rc})", file=sys.stderr)
-                return rc
+                print(
+                    f"{PROG}: error: the command failed (exit {rc}) in round {r + 1}, "
+                    f"{condition}: its time measures nothing; make it succeed alone "
+                    "first, then time it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return rc if 0 < rc < 256 else 1
     print(f"command: {' '.join(command)}")
     print(f"cores: {cores}, busy while loaded: {args.busy} (nice 19, own session)")
     for condition, ts in times.items():
@@ -104,4 +143,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(errors.run_main(main, PROG))

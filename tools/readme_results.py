@@ -17,6 +17,9 @@ from pathlib import Path
 
 import nbformat
 
+from atkit.files import check_writable
+from tools.errors import UsageError, run_main
+
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -60,18 +63,24 @@ def results_block(notebook: Path) -> str:
         parts.append(f"**{title}**\n\n```text\n{text}\n```\n")
     if not parts:
         raise SystemExit(f"{notebook} has no cells tagged `results`")
-    preset = re.search(r"preset[= ](\w+)", _first_stdout(nb))
-    head = f"From the committed run of the notebook (preset `{preset[1]}`):\n\n"
+    head = f"From the committed run of the notebook (preset `{run_preset(nb)}`):\n\n"
     return head + "\n".join(parts)
 
 
-def _first_stdout(nb) -> str:
+def run_preset(nb) -> str:
+    """The preset of the run, from the data the Setup cell displays beside its line
+    (atkit.runtime.RUN_MIME)."""
+    from atkit.runtime import RUN_MIME
+
     for cell in nb.cells:
         for o in cell.get("outputs", []):
-            text = o.get("text", "")
-            if o.get("name") == "stdout" and re.search(r"preset[= ]\w+", text):
-                return o["text"]
-    return "preset=unknown"
+            facts = o.get("data", {}).get(RUN_MIME)
+            if facts:
+                return facts["preset"]
+    raise SystemExit(
+        "the notebook's Setup cell shows no run facts (its output lacks "
+        f"{RUN_MIME}): run the notebook again"
+    )
 
 
 def replace_block(readme: str, block: str) -> str:
@@ -98,6 +107,13 @@ def main(argv=None) -> int:
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
+    for flag, path in (("--readme", args.readme), ("--notebook", args.notebook)):
+        if not path.is_file():
+            raise UsageError(
+                f"{flag} {path}: no such file; give the path of an existing one"
+            )
+    if not args.check:
+        check_writable(args.readme.parent, "--readme")
     old = args.readme.read_text()
     new = replace_block(old, results_block(args.notebook))
     if args.check:
@@ -116,5 +132,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def main_guarded(argv=None) -> int:
+    """The program: main, with any error as one line (tools/errors.py)."""
+    return run_main(lambda: main(argv), "python -m tools.readme_results")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guarded())

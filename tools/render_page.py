@@ -11,7 +11,25 @@ with the template tools/page/templates/atpage: tags (``remove-cell``, ``remove-i
 with its images embedded, stream outputs coalesced (a carriage return keeps a line's
 last state), ANSI colours, Pygments highlighting. This script adds what nbconvert has
 not: math typeset at build time by KaTeX run with node (the page runs no math
-JavaScript; KaTeX's CSS and fonts are inlined), a table of contents, and the checks.
+JavaScript; KaTeX's CSS and fonts are inlined), a table of contents, folded deep dives,
+outputs laid out to be read whole at any width, and the checks.
+
+Outputs: every text output is shown whole (no height cap, no scroll box). Each line is
+its own block, so a line longer than the box wraps with a hanging indent instead of
+running off the side (at 1280 px the notebook's lines fit without wrapping: the tests
+check it); a block of aligned columns (a table) first shrinks its type, down to 11 px,
+to keep its columns in line on a phone, and past that its rows wrap between columns,
+never inside one.
+
+Table of contents: every ``##`` heading, each with its ``###`` headings in a fold
+that opens for the part being read (a small script of the page, tools/page/page.js).
+
+Deep dives: a ``### Deep dive: <title>`` heading whose next paragraph is a summary in
+italics (``*What this shows: ...*``) starts a section that runs to the next heading of
+level 3 or higher; on the page it is a ``<details class="deep-dive">``, closed, whose
+``<summary>`` holds the heading and that line. A link to it, or into it, opens it.
+(In Jupyter the lead marks the heading cell ``jp-MarkdownHeadingCollapsed: true``;
+a deep dive without the summary line fails ``--strict``.)
 A link to one of the repository's notebooks (``exercises.ipynb#part-1-the-model``)
 becomes a link to its page beside this one (``exercises.html#part-1-the-model``).
 KaTeX comes from the npm registry: when ``build/node_modules/katex`` is missing or not
@@ -19,7 +37,9 @@ the pinned version, it is installed with ``npm install --prefix build katex@VERS
 
 The page must work offline: a remote script, style sheet, image or frame, or an image
 that cannot be embedded, is an error. ``--strict`` (``make page``) also fails on error
-outputs, formulas KaTeX rejects and TeX left untypeset in the prose.
+outputs, formulas KaTeX rejects, TeX left untypeset in the prose and a deep dive
+without its summary line. The output path is checked before any work: a folder, or a
+place that cannot be written, is refused at once with one ``error:`` line.
 """
 
 from __future__ import annotations
@@ -33,19 +53,25 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import unicodedata
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 from jinja2 import pass_context
 from nbconvert import HTMLExporter
+from nbconvert.filters.ansi import ansi2html
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 from pygments.formatters import HtmlFormatter
 from traitlets.config import Config
 
 try:
+    from atkit import attention_view
     from atkit.files import write_text_atomic
+    from tools import errors
 except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is not
     if __name__ != "__main__" or __package__:
         raise
@@ -53,6 +79,8 @@ except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is 
     _env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, _path))}
     _cmd = [sys.executable, "-m", "tools.render_page", *sys.argv[1:]]
     sys.exit(subprocess.call(_cmd, env=_env))
+
+PROG = "python -m tools.render_page"
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_DIR = Path(__file__).resolve().parent / "page"
@@ -82,6 +110,15 @@ _REMOTE_TAG_RE = re.compile(
 )
 _REMOTE_CSS_RE = re.compile(r"""url\(\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 _LOCAL_IMG_RE = re.compile(r"""<img\b[^>]*?\bsrc=["']?(?!["']|data:)([^"'\s>]+)""")
+# Headings that split the notebook into sections (level 1 to 3), outside code fences.
+_SECTION_RE = re.compile(r"^ {0,3}(#{1,3})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_DEEP_DIVE_RE = re.compile(r"deep dive:\s*(.+)", re.IGNORECASE)
+# A summary line: one paragraph wholly in single *...* or _..._ (not bold).
+_SUMMARY_RE = re.compile(r"\A(\*(?!\*)|_(?!_))(\S.*?\S|\S)\1\Z", re.DOTALL)
+# An aligned column in a line of text: two spaces or more between two words.
+_COLUMN_GAP_RE = re.compile(r"\S {2,}\S")
+_SGR_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class PageError(Exception):
@@ -102,6 +139,7 @@ class Heading:
     fragments: list[str]  # the text between math spans (what a reader sees)
     anchor: str
     html: str  # inner HTML, math as placeholders
+    deep_dive: bool = False  # a "### Deep dive: ..." heading
 
 
 @dataclass
@@ -115,6 +153,11 @@ class Page:
     math: list[Math] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # error outputs of the notebook
     stray_math: list[str] = field(default_factory=list)  # TeX the markdown left as text
+    deep_dives: list[str] = field(default_factory=list)  # their titles, in order
+    deep_dive_problems: list[str] = field(default_factory=list)  # fail --strict
+    broken_links: list[str] = field(default_factory=list)  # fail --strict
+    notes: list[str] = field(default_factory=list)  # warnings that do not fail --strict
+    script: str = ""  # the page's own script (tools/page/page.js)
 
     @property
     def title(self) -> str:
@@ -122,19 +165,31 @@ class Page:
         return h1.text if h1 else Path(self.source).stem
 
     def toc(self) -> str:
-        """Nested list of the ## and ### headings (a ### before any ## stays on top)."""
+        """The ## headings, each with its ### headings in a fold (a <details> that the
+        page's script opens for the part being read); a ### before any ## stays on
+        top."""
         groups: list[tuple[Heading, list[Heading]]] = []
         for h in self.headings:
             if h.level == 3 and groups:
                 groups[-1][1].append(h)
             elif h.level in (2, 3):
                 groups.append((h, []))
-        link = lambda h: f'<a href="#{h.anchor}">{h.html}</a>'
+
+        def link(h: Heading) -> str:
+            cls = ' class="toc-deep-dive"' if h.deep_dive else ""
+            return f'<a href="#{h.anchor}"{cls}>{h.html}</a>'
+
         items = []
         for top, subs in groups:
+            if not subs:
+                items.append(f'<li class="toc-part">{link(top)}</li>')
+                continue
             inner = "".join(f"<li>{link(s)}</li>" for s in subs)
-            items.append(f"<li>{link(top)}{f'<ol>{inner}</ol>' if inner else ''}</li>")
-        return "<ol>\n" + "\n".join(items) + "\n</ol>"
+            items.append(
+                f'<li class="toc-part"><details class="toc-fold"><summary>{link(top)}'
+                f"</summary><ol>{inner}</ol></details></li>"
+            )
+        return '<ol class="toc-parts">\n' + "\n".join(items) + "\n</ol>"
 
 
 # --------------------------------------------------------------------------- nbconvert
@@ -148,7 +203,12 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
     goes, and the streams that meet, stdout and stderr alike, become one block: a
     training loop's epoch lines, printed between its progress bars, read as one log.
     The opening "# Title" line goes above the table of contents; error outputs are
-    noted for --strict.
+    noted for --strict; an attention view (atkit.attention_view) gets this version's
+    script and style, its data kept, so the page shows the current view even when the
+    notebook was saved by an older atkit. Markdown cells are cut at their headings of
+    level 1 to 3 (a section can end in the middle of a cell), and the deep dives are
+    marked for the template: the head cell (heading and summary line) gets
+    ``atpage.deep_dive``, the last cell of the section ``atpage.close``.
     """
 
     page: Page  # the Page being rendered, set by _exporter
@@ -159,7 +219,58 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
         if lead and first.cell_type == "markdown":
             self.page.title_markdown = lead.group(1)
             first.source = first.source[lead.end() :]
+        nb.cells = self._sections(nb.cells)
         return super().preprocess(nb, resources)
+
+    def _sections(self, cells: list) -> list:
+        out: list = []
+        open_dive = False
+        for whole in cells:
+            pieces = (
+                split_sections(whole.source)
+                if whole.cell_type == "markdown"
+                else [None]
+            )
+            for k, piece in enumerate(pieces):
+                cell = whole
+                if piece is not None:
+                    cell = _with_source(whole, piece, keep_metadata=k == 0)
+                heading = section_heading(cell)
+                if heading and open_dive:
+                    _mark(out[-1])["close"] = _mark(out[-1]).get("close", 0) + 1
+                    open_dive = False
+                dive = heading and heading[0] == 3 and _DEEP_DIVE_RE.match(heading[1])
+                if not dive:
+                    out.append(cell)
+                    continue
+                title = dive.group(1).strip()
+                self.page.deep_dives.append(title)
+                head, rest, summarised = split_summary(cell.source)
+                if not summarised:
+                    self.page.deep_dive_problems.append(
+                        f"deep dive {title!r}: the paragraph after its heading must be "
+                        "a one-line summary in italics, e.g. `*What this shows: ...*`"
+                    )
+                if k > 0:
+                    self.page.notes.append(
+                        f"deep dive {title!r}: its heading is not the first line of "
+                        "its markdown cell, so JupyterLab cannot fold it; start a cell "
+                        "with it"
+                    )
+                elif not cell.metadata.get("jp-MarkdownHeadingCollapsed"):
+                    self.page.notes.append(
+                        f"deep dive {title!r}: its cell lacks the metadata "
+                        "jp-MarkdownHeadingCollapsed: true, so JupyterLab shows it open"
+                    )
+                cell.source = head
+                _mark(cell)["deep_dive"] = True
+                out.append(cell)
+                if rest.strip():
+                    out.append(_with_source(cell, rest, keep_metadata=False))
+                open_dive = True
+        if open_dive:
+            _mark(out[-1])["close"] = _mark(out[-1]).get("close", 0) + 1
+        return out
 
     def preprocess_cell(self, cell, resources, index):
         cell, resources = super().preprocess_cell(cell, resources, index)
@@ -168,6 +279,9 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
             if out.output_type == "error":
                 self.page.errors.append(f"{_where(cell)}: {out.ename}: {out.evalue}")
             if out.output_type != "stream":
+                view = out.get("data", {}).get("text/html", "")
+                if 'data-atkit="attention-view"' in view:  # today's script and style
+                    out.data["text/html"] = attention_view.refresh(view)
                 svg = out.get("data", {}).get("image/svg+xml")
                 if svg:  # drawn inline: drop the XML prolog a document may not hold
                     out.data["image/svg+xml"] = re.sub(
@@ -191,6 +305,110 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
                 outputs.append(out)
         cell.outputs = outputs
         return cell, resources
+
+
+def split_sections(source: str) -> list[str]:
+    """A markdown cell's text cut before each heading of level 1 to 3 (headings in a
+    fenced code block do not count); the pieces join back into the text."""
+    pieces, current, fence = [], [], None
+    for line in source.split("\n"):
+        opener = _FENCE_RE.match(line)
+        if fence and opener and opener.group(1)[0] == fence[0]:
+            fence = None if len(opener.group(1)) >= len(fence) else fence
+        elif opener and not fence:
+            fence = opener.group(1)
+        elif not fence and _SECTION_RE.match(line) and any(x.strip() for x in current):
+            pieces.append("\n".join(current))
+            current = []
+        current.append(line)
+    pieces.append("\n".join(current))
+    return [p + "\n" * (i < len(pieces) - 1) for i, p in enumerate(pieces)]
+
+
+def section_heading(cell) -> tuple[int, str] | None:
+    """(level, text) of the heading that opens a markdown cell, if one does."""
+    if cell.cell_type != "markdown":
+        return None
+    first = next((line for line in cell.source.split("\n") if line.strip()), "")
+    m = _SECTION_RE.match(first)
+    return (len(m.group(1)), m.group(2).strip()) if m else None
+
+
+def split_summary(source: str) -> tuple[str, str, bool]:
+    """(heading and summary line, the rest, whether there is a summary line) of the
+    text of a deep dive's first cell."""
+    lines = source.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.strip()) + 1  # the heading
+    start = at
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    end = start
+    while end < len(lines) and lines[end].strip():
+        end += 1
+    paragraph = " ".join(line.strip() for line in lines[start:end])
+    if end > start and _SUMMARY_RE.match(paragraph):
+        at = end
+    head, rest = "\n".join(lines[:at]), "\n".join(lines[at:])
+    return head, rest.lstrip("\n"), at == end and end > start
+
+
+def _with_source(cell, source: str, keep_metadata: bool):
+    """A copy of a markdown cell with another text (the same cell if it has it)."""
+    if keep_metadata and cell.source == source:
+        return cell
+    new = nbformat.v4.new_markdown_cell(source)
+    if "attachments" in cell:
+        new.attachments = cell.attachments
+    if keep_metadata:
+        new.metadata = cell.metadata
+    return new
+
+
+def _mark(cell) -> dict:
+    return cell.metadata.setdefault("atpage", {})
+
+
+def output_lines(text: str) -> str:
+    """A text output as a <pre> of one block per line (a long line wraps with a
+    hanging indent); the number of columns of its longest line and whether it is a
+    table (aligned columns) go to the style sheet, which sizes the type."""
+    lines = text.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    if any("\x1b" in line for line in lines):  # carry colours across lines
+        state, coloured = "", []
+        for line in lines:
+            coloured.append(state + line)
+            state += "".join(_SGR_RE.findall(line))
+        lines = coloured
+    plain = [_SGR_RE.sub("", line) for line in lines]
+    cols = max((_columns(line) for line in plain), default=0)
+    table = sum(bool(_COLUMN_GAP_RE.search(line.strip())) for line in plain) >= 2
+    if table and plain == lines:  # a row that wraps breaks between its columns
+        rows = [_cells(line) for line in lines]
+    else:
+        rows = [ansi2html(line) for line in lines]
+    body = "".join(f'<span class="ln">{row}</span>\n' for row in rows)
+    cls = "lines table" if table else "lines"
+    return f'<pre class="{cls}" style="--cols: {max(cols, 1)}">{body}</pre>'
+
+
+def _cells(line: str) -> str:
+    """A line of a table with each cell (text between gaps of two spaces or more) in a
+    span that the style sheet keeps whole when the line wraps."""
+    parts = re.split(r"( {2,})", line)
+    return "".join(
+        part
+        if not part.strip()
+        else f'<span class="c">{html.escape(part, quote=False)}</span>'
+        for part in parts
+    )
+
+
+def _columns(line: str) -> int:
+    """Columns a line takes in a monospaced font (wide East Asian characters: 2)."""
+    line = line.expandtabs(8)
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
 
 
 def _where(cell) -> str:
@@ -238,8 +456,16 @@ class _Renderer(IPythonRenderer):
         plain = _plain(_MATH_RE.sub(tex, text))
         anchor = _slug(plain, self.taken)
         fragments = [f for f in map(_plain, _MATH_RE.split(text)[::2]) if f]
+        dive = level == 3 and bool(_DEEP_DIVE_RE.match(plain))
+        if dive:  # "Deep dive:" as a tag; the colon stays in the text, unseen
+            text = re.sub(
+                r"\A(\s*)(deep dive)(\s*):",
+                r'\1<span class="dd-tag">\2<span class="dd-colon">:</span></span>',
+                text,
+                flags=re.IGNORECASE,
+            )
         inner = re.sub(r"</?a\b[^>]*>", "", text)  # no links inside the TOC's links
-        self.page.headings.append(Heading(level, plain, fragments, anchor, inner))
+        self.page.headings.append(Heading(level, plain, fragments, anchor, inner, dive))
         link = f'<a class="anchor-link" href="#{anchor}" aria-hidden="true">¶</a>'
         return f'<h{level} id="{anchor}">{text}{link}</h{level}>\n'
 
@@ -283,9 +509,13 @@ def _exporter(page: Page) -> PageExporter:
     c.HTMLExporter.exclude_output_prompt = True
     # The kinds of output the template shows, best first.
     c.NbConvertBase.display_data_priority = [
-        "text/html", "text/markdown", "image/svg+xml", "image/png", "image/jpeg",
+        "text/html",
+        "text/markdown",
+        "image/svg+xml",
+        "image/png",
+        "image/jpeg",
         "text/plain",
-    ]  # fmt: skip
+    ]
     exporter = PageExporter(
         config=c,
         template_name="atpage",
@@ -294,6 +524,7 @@ def _exporter(page: Page) -> PageExporter:
     streams = PagePreprocessor(enabled=True)
     streams.page = page
     exporter.register_preprocessor(streams, enabled=True)
+    exporter.register_filter("output_lines", output_lines)
     exporter.page, exporter.taken = page, set()
     # Jinja sees this Page itself (nbconvert deep-copies `resources`).
     exporter.environment.globals["atpage"] = page
@@ -317,9 +548,16 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     prefix = katex_dir.parents[1]
     prefix.mkdir(parents=True, exist_ok=True)
     cmd = [
-        npm, "install", "--prefix", str(prefix), "--no-save", "--no-audit",
-        "--no-fund", "--loglevel=error", f"katex@{KATEX_VERSION}",
-    ]  # fmt: skip
+        npm,
+        "install",
+        "--prefix",
+        str(prefix),
+        "--no-save",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+        f"katex@{KATEX_VERSION}",
+    ]
     print(f"installing KaTeX {KATEX_VERSION}: {' '.join(cmd)}", file=sys.stderr)
     proc = subprocess.run(
         cmd, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True
@@ -416,6 +654,7 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
             (PAGE_DIR / "style.css").read_text(),
         ]
     )
+    page.script = (PAGE_DIR / "page.js").read_text()
     resources = {
         "metadata": {"name": notebook.stem, "path": str(notebook.resolve().parent)},
     }
@@ -425,6 +664,7 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
     body = _NOTEBOOK_LINK_RE.sub(
         lambda m: f'href="{PAGES[m.group(1)]}{m.group(2) or ""}"', body
     )  # a link to a notebook leads to its page
+    body = _in_page_links(body, page)
     remote = _REMOTE_TAG_RE.search(body) or _REMOTE_CSS_RE.search(body)
     if remote:
         raise PageError(
@@ -441,32 +681,96 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
     return body, page
 
 
+def _in_page_links(body: str, page: Page) -> str:
+    """Links to a heading of the notebook, written as Jupyter and Colab name it (the
+    heading's text with its spaces as dashes: `#What-a-BLEU-score-counts`), lead to
+    that heading on the page; a link to no heading is noted (fails --strict)."""
+    slugs = {h.anchor for h in page.headings}
+    jupyter = {h.text.replace(" ", "-"): h.anchor for h in page.headings}
+
+    def fix(m):
+        target = html.unescape(urllib.parse.unquote(m.group(1)))
+        if target in slugs:
+            return m.group(0)
+        if target in jupyter:
+            return f'href="#{jupyter[target]}"'
+        page.broken_links.append(target)
+        return m.group(0)
+
+    return re.sub(r'href="#([^"]*)"', fix, body)
+
+
+def check_out(out: Path, write: bool = True) -> None:
+    """Refuse at once an output path the page could not be written to (before the
+    minutes of rendering): a folder, something that is no file, a folder that cannot
+    be made or written."""
+    out = Path(out)
+    if out.is_dir():
+        raise PageError(
+            f"--out {out} is a folder; give the page's file name, e.g. "
+            f"--out {out / 'index.html'}"
+        )
+    if out.exists() and not out.is_file():
+        raise PageError(f"--out {out} is not a regular file; give a file name")
+    if not write:
+        return
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise PageError(
+            f"--out {out}: {folder} is a file, so the folder {out.parent} cannot be "
+            "made; give another path"
+        )
+    try:  # the one sure test: make a file (or, for a folder to come, a folder) there
+        if folder == out.parent:
+            fd, probe = tempfile.mkstemp(
+                dir=folder, prefix=f".{out.name}.", suffix=".tmp"
+            )
+            os.close(fd)
+            os.remove(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".render_page."))
+    except OSError as exc:
+        raise PageError(
+            f"--out {out}: cannot write in {folder} ({exc.strerror or exc}); give "
+            "a path in a folder you may write, e.g. --out docs/index.html"
+        ) from exc
+
+
 def render_file(notebook: Path, out: Path, strict: bool = False) -> Page:
     """Render ``notebook`` to ``out`` (atomically); return the Page for inspection."""
+    check_out(out)
     body, page = render_html(notebook)
     bad_math = body.count('class="katex-error"')
     problems = [
         *(f"error output: {e}" for e in page.errors),
         *(f"untypeset math: {s}" for s in page.stray_math),
+        *page.deep_dive_problems,
+        *(f"a link to no heading: #{t}" for t in page.broken_links),
     ]
-    for problem in problems:
+    for problem in [*problems, *page.notes]:
         print(f"warning: {problem}", file=sys.stderr)
     if strict and (problems or bad_math):
         raise PageError(
             f"--strict: {bad_math} formula(s) KaTeX rejects, {len(page.errors)} error "
             f"output(s), {len(page.stray_math)} piece(s) of TeX left untypeset in "
-            "the prose; see the warnings above"
+            f"the prose, {len(page.deep_dive_problems)} deep dive(s) without their "
+            f"summary line, {len(page.broken_links)} link(s) to no heading; see the "
+            "warnings above"
         )
     write_text_atomic(out, body)
     return page
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--notebook", type=Path, default=NOTEBOOK)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
-        "--strict", action="store_true", help="fail on bad math or error outputs"
+        "--strict",
+        action="store_true",
+        help="fail on bad math, error outputs or a deep dive without its summary",
     )
     parser.add_argument(
         "--check", action="store_true", help="exit 1 if --out differs from a render"
@@ -474,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.check:
+            check_out(args.out, write=False)
             body, _ = render_html(args.notebook)
             if not args.out.is_file() or args.out.read_text(encoding="utf-8") != body:
                 print(
@@ -485,14 +790,15 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         page = render_file(args.notebook, args.out, strict=args.strict)
     except PageError as exc:
-        print(f"render_page: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     print(
         f"{args.out}: {args.out.stat().st_size / 1e6:.1f} MB, {len(page.headings)} "
-        f"headings, {len(page.math)} formulas, title {page.title!r}"
+        f"headings, {len(page.math)} formulas, {len(page.deep_dives)} deep dives, "
+        f"title {page.title!r}"
     )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(errors.run_main(main, PROG))

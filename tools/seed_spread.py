@@ -6,10 +6,11 @@ that is committed and that Part 4's table reads.
     python -m tools.seed_spread --preset cpu              # seeds 0 1 2
     python -m tools.seed_spread --preset ci --seeds 0 1   # a quick look
 
-Seed 0 trains into the notebook's own folders (checkpoints/<preset>/part3 and
-part4-bpe-all), so a finished notebook run is loaded, not trained again, and the
-notebook finds what this program trained. Other seeds go to
-checkpoints/<preset>/seeds/. Each run is the notebook's training program (atkit.cli).
+Every run trains into a folder of its own, <checkpoints>/<preset>/seeds/<model>-<seed>
+(<checkpoints>: $AT_CHECKPOINTS or ./checkpoints), never into the notebook's: the
+notebook reads only the summary. Each run is the notebook's training program
+(tools/train.py). The summary records the precision the runs computed in (what
+precision="auto" gives on this machine), and Part 4 refuses a summary made in another.
 A model that the summary already holds with the same seeds and settings, on the same
 machine, torch and precision, is kept as it is: a setting that the model never reads
 (the BPE size, for Part 3's word-level model) trains nothing again. --rerun measures
@@ -25,14 +26,16 @@ import platform
 import sys
 from pathlib import Path
 
-from atkit import cli, runtime
-from atkit.files import write_text_atomic
+from atkit import runtime
+from atkit.files import writable_folder, write_text_atomic
 from atkit.seeds import same_settings, spread_path, summary
+from tools import train
+from tools.errors import run_main
 
-# the models whose spread the table needs: (name, folder of seed 0, --set changes)
+# the models whose spread the table needs: (name, folder name, --set changes)
 MODELS = (
     ("part3", "part3", []),
-    ("full recipe", "part4-bpe-all", ["--set", "vocab='bpe'", "--set", "tie='all'"]),
+    ("full recipe", "full-recipe", ["--set", "vocab='bpe'", "--set", "tie='all'"]),
 )
 SCORES = ("bleu_test_2016_flickr", "bleu_val")
 
@@ -50,8 +53,8 @@ def cpu_name() -> str:
 
 def wanted_config(preset: str, seed: int, sets: list[str]) -> dict:
     """The RunConfig dict that the preset with these --set changes gives."""
-    changes = dict(cli.parse_setting(text) for text in sets[1::2])
-    return cli.library().run_config(preset, seed=seed, **changes).to_dict()
+    changes = dict(train.parse_setting(text) for text in sets[1::2])
+    return train.library().run_config(preset, seed=seed, **changes).to_dict()
 
 
 def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
@@ -67,7 +70,7 @@ def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
     ok = (
         done.get("preset") == preset
         and config.get("seed") == seed
-        and same_settings(config, wanted)
+        and same_settings(train.library().RunConfig, config, wanted)
     )
     return done if ok and steps[-1] == wanted["steps"] else None
 
@@ -81,7 +84,8 @@ def measured(old: dict | None, where: dict, seeds: list[int], sets: list[str], n
     if not entry or not same_place or entry.get("seeds") != seeds:
         return None
     wanted = wanted_config(where["preset"], 0, sets)
-    return entry if same_settings(entry["config"], wanted) else None
+    cls = train.library().RunConfig
+    return entry if same_settings(cls, entry["config"], wanted) else None
 
 
 def read_summary(path: Path) -> dict | None:
@@ -99,15 +103,19 @@ def main(argv=None) -> int:
         "--out", type=Path, default=None, help="default: runs/seed-spread-<preset>.json"
     )
     p.add_argument(
-        "--rerun", action="store_true",
+        "--rerun",
+        action="store_true",
         help="train or evaluate every run again, even where its results file or the "
         "summary is up to date",
-    )  # fmt: skip
+    )
     args = p.parse_args(argv)
     preset = args.preset or runtime.choose_preset()
     if len(set(args.seeds)) < 2 or min(args.seeds) < 0:
         p.error(f"--seeds {args.seeds}: give at least two different seeds >= 0")
     out = args.out or spread_path(preset)
+    if out.is_dir():
+        p.error(f"--out {out} is a folder; give a file name")
+    writable_folder(out.parent, "--out", out.name)  # before hours of training
     command = f"python -m tools.seed_spread --preset {preset} --seeds " + " ".join(
         map(str, args.seeds)
     )
@@ -125,25 +133,41 @@ def main(argv=None) -> int:
     for name, folder, sets in MODELS:
         entry = measured(old, where, args.seeds, sets, name)
         if entry is not None:  # e.g. a word-level model when only bpe_size changed
-            print(f"--- {name}: {out} holds seeds {args.seeds} with these settings",
-                  flush=True)  # fmt: skip
+            print(
+                f"--- {name}: {out} holds seeds {args.seeds} with these settings",
+                flush=True,
+            )
             models[name] = entry
             continue
         runs = []
         for seed in args.seeds:
-            ckpt = root / folder if seed == 0 else root / "seeds" / f"{folder}-{seed}"
+            ckpt = root / "seeds" / f"{folder}-{seed}"
             res = Path("results") / f"{preset}-seed-{folder}-{seed}.json"
-            argv_run = ["--preset", preset, "--ckpt-dir", str(ckpt), "--out",
-                        str(res), "--set", f"seed={seed}", *sets]  # fmt: skip
+            argv_run = [
+                "--preset",
+                preset,
+                "--ckpt-dir",
+                str(ckpt),
+                "--out",
+                str(res),
+                "--set",
+                f"seed={seed}",
+                *sets,
+            ]
             done = None if args.rerun else finished(res, preset, seed, sets)
             if done is not None:
-                print(f"--- {name}, seed {seed}: {res} holds the finished run "
-                      "with these settings", flush=True)  # fmt: skip
+                print(
+                    f"--- {name}, seed {seed}: {res} holds the finished run "
+                    "with these settings",
+                    flush=True,
+                )
                 runs.append(done)
                 continue
-            print(f"--- {name}, seed {seed}: python -m tools.train "
-                  f"{' '.join(argv_run)}", flush=True)  # fmt: skip
-            status = cli.train_cli(argv_run)
+            print(
+                f"--- {name}, seed {seed}: python -m tools.train {' '.join(argv_run)}",
+                flush=True,
+            )
+            status = train.train_cli(argv_run)
             if status:
                 return status
             runs.append(json.loads(res.read_text()))
@@ -158,11 +182,13 @@ def main(argv=None) -> int:
     write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     for name, m in models.items():
         t = m["bleu_test_2016_flickr"]
-        print(f"{name}: test_2016 BLEU {t['values']} (mean {t['mean']}, range "
-              f"{t['range']})")  # fmt: skip
+        print(
+            f"{name}: test_2016 BLEU {t['values']} (mean {t['mean']}, range "
+            f"{t['range']})"
+        )
     print("->", out)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main, "python -m tools.seed_spread"))

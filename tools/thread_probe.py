@@ -13,18 +13,25 @@ The kernel starts in the repository root with OMP_WAIT_POLICY set as the noteboo
 it (PASSIVE) unless --wait-policy says otherwise, and runs `probe_threads` or
 `probe_epoch` below, imported from this module. The inputs are random token ids and
 untrained weights: the timings, not the outputs, are the point. Set MULTI30K_DIR as
-for the notebook.
+for the notebook. An error inside the kernel (no Multi30k for --epoch, say) ends the
+script with one `error:` line naming it (the kernel's traceback too with
+AT_TRACEBACK=1) and exit status 1, so that load_check stops instead of timing it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from tools import errors
+
+PROG = "python -m tools.thread_probe"
 ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 1800  # the longest a probe may take (--epoch: minutes)
 
 
 def _train_time(lib, cpu, threads, gen, steps=6):
@@ -101,10 +108,20 @@ def probe_epoch(steps: int = 120) -> None:
     )
 
 
-def main(argv=None):
-    from jupyter_client.manager import start_new_kernel
+class KernelError(RuntimeError):
+    """The probe raised an exception inside the kernel."""
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+
+def main(argv=None) -> int:
+    try:
+        from jupyter_client.manager import start_new_kernel
+    except ImportError as err:
+        raise errors.UsageError(
+            f"{err}: the probe runs in a Jupyter kernel; install the project's "
+            "requirements (make setup)"
+        ) from err
+
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--wait-policy",
         choices=["PASSIVE", "ACTIVE"],
@@ -119,27 +136,42 @@ def main(argv=None):
     args = parser.parse_args(argv)
     env = {**os.environ, "OMP_WAIT_POLICY": args.wait_policy}
     km, kc = start_new_kernel(kernel_name="python3", cwd=str(ROOT), env=env)
-    out = []
+    out, failed = [], []
 
     def hook(msg):
         if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
             out.append(msg["content"]["text"])
         elif msg["msg_type"] == "error":
-            out.append("\n".join(msg["content"]["traceback"]))
+            failed.append(msg["content"])
 
     call = "probe_epoch()" if args.epoch else "probe_threads()"
     try:
         kc.execute_interactive(
             f"from tools.thread_probe import {call[:-2]}; {call}",
             output_hook=hook,
-            timeout=1800,
+            timeout=TIMEOUT_S,
         )
+    except TimeoutError as err:
+        raise KernelError(
+            f"{call} took more than {TIMEOUT_S} s in the kernel and was stopped; "
+            "free the machine (or its cores) and run it again"
+        ) from err
     finally:
         kc.stop_channels()
         km.shutdown_kernel()
+    if failed:
+        error = failed[0]
+        if os.environ.get(errors.TRACEBACK_ENV) == "1":
+            print("\n".join(error.get("traceback", [])), file=sys.stderr)
+        if error["ename"] in errors.REFUSALS:  # missing data, say: no bug
+            raise errors.UsageError(f"{call} in the kernel: {error['evalue']}")
+        raise KernelError(
+            f"{call} failed in the kernel: {error['ename']}: {error['evalue']}"
+        )
     print(f"OMP_WAIT_POLICY={args.wait_policy}")
     print("".join(out))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(errors.run_main(main, PROG))

@@ -1,24 +1,59 @@
 """The checks of exercises.ipynb: each calls the reader's function on small inputs,
-compares the result with the notebook's own code (the module nbexport.py generates)
-or with PyTorch's and sacreBLEU's implementations, and says in words what is wrong.
+compares the result with the main notebook's own code (the module nbexport.py
+generates) or with PyTorch's and sacreBLEU's implementations, and says in words what
+is wrong.
 
-    from atkit import exercises as check
+    import exercise_checks as check
     check.attention(attention)   # -> a Verdict: correct, wrong (and why), not done
 
-A check never raises: a stub that still raises NotImplementedError is "not done yet",
-an error inside the reader's function is reported with its type, message and line,
-and a wrong result names the first thing that is off (a shape, a mask, a sum, a
-scaling factor, the first position that differs). ``EXERCISES`` lists every check in
-the notebook's order; tests/test_exercises.py runs each against the solutions
-(exercises_solutions.py) and against typical wrong answers.
+This module sits beside exercises.md, not in atkit: atkit is a library that the main
+notebook imports, and it never imports the notebook; the checks do, through
+nbexport.load(). On Colab the notebook's Setup cell clones the repository and works
+inside the clone, so this file is importable there as it is in a checkout.
+
+A check never raises, whatever the reader's function does or returns. A stub that
+still raises NotImplementedError is "not done yet"; an error inside the reader's
+function is reported with its type, message and line; a result that is no tensor, a
+complex, sparse or wrongly typed tensor, a tensor on another device, a NumPy array, a
+generator or None is named as such; a function that changes its inputs in place is
+told so; and a wrong result names the first thing that is off (a shape, a mask, a sum,
+a scaling factor, one of the older versions' known variants, the first position that
+differs). Anything the check did not foresee still ends as a verdict that names the
+exception, never as a traceback. ``EXERCISES`` lists every check in the notebook's
+order; tests/test_exercises.py runs each against the solutions
+(exercises_solutions.py), against typical wrong answers and against hostile ones.
+
+A reader's function that runs longer than ``TIME_LIMIT_S`` seconds (a loop that never
+ends) is stopped with a message. The mechanism is SIGALRM: ``signal.setitimer`` arms a
+timer whose handler raises inside the reader's code as soon as the interpreter next
+looks for signals, which stops pure-Python loops and interrupts ``time.sleep`` (one long
+PyTorch operation runs to its end first). Jupyter's kernel, Colab's included, runs a
+cell in its main thread, the only thread where Python lets a program set a signal
+handler, and Linux and macOS have the timer, so it works there. The alternatives fall
+short: a worker thread with a deadline can stop waiting but cannot stop the thread,
+whose loop would spin on in the kernel; a subprocess cannot receive a function defined
+in a notebook cell (it does not pickle), and forking a kernel that holds PyTorch's
+thread pools can deadlock. The exception the handler raises derives from BaseException,
+so a reader's ``except Exception`` does not swallow it, and the timer repeats every half
+second until the call ends. Where no such timer exists (Windows, or a check called from
+another thread) the call runs without a limit, and the kernel's Interrupt button stops
+it: the check then answers "interrupted" instead of raising. The previous SIGALRM
+handler and timer are restored after every call, so the kernel stays usable.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import inspect
 import math
+import numbers
+import signal
 import textwrap
+import threading
+import time
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +65,12 @@ NOT_DONE = (  # a no-break space keeps the code in one piece when the line wraps
     "not done yet: write the function above in place of its "
     "`raise\u00a0NotImplementedError`, run its cell, then this one"
 )
+INTERRUPTED = (
+    "interrupted before your function returned (the kernel's Interrupt); run this "
+    "cell again to check it"
+)
 MARKS = {"correct": "✓", "wrong": "✗", "not done": "…"}
+TIME_LIMIT_S = 10.0  # for one call of the reader's function; each takes milliseconds
 
 
 @dataclass(frozen=True)
@@ -56,8 +96,24 @@ class _NotDone(Exception):
     pass
 
 
+class _Interrupted(Exception):
+    pass
+
+
 class _Wrong(Exception):
     pass
+
+
+class _Raised(_Wrong):
+    """The reader's function raised; `text` says what, as `Type: message`."""
+
+    def __init__(self, message: str, text: str):
+        super().__init__(message)
+        self.text = text
+
+
+class _TimeUp(BaseException):  # not an Exception: a reader's `except Exception` lets
+    pass  # it through
 
 
 EXERCISES: dict[str, Callable[..., Verdict]] = {}
@@ -69,16 +125,29 @@ def _exercise(body):
 
     @functools.wraps(body)
     def check(*functions) -> Verdict:
-        for fn in functions:
-            if not callable(fn):
-                return Verdict(name, "wrong", f"expected a function, got {_kind(fn)}")
+        dtype = torch.get_default_dtype()
         try:
+            for fn in functions:
+                if not callable(fn):
+                    raise _Wrong(f"expected a function, got {_kind(fn)}")
             with torch.no_grad():
                 praise = body(*functions)
         except _NotDone:
             return Verdict(name, "not done", NOT_DONE)
+        except (_Interrupted, KeyboardInterrupt):
+            return Verdict(name, "not done", INTERRUPTED)
         except _Wrong as wrong:
             return Verdict(name, "wrong", str(wrong))
+        except Exception as exc:  # what a result no check foresaw can make torch do
+            return Verdict(
+                name,
+                "wrong",
+                f"the check could not compare what your function returned with the "
+                f"expected result ({_exception_text(exc)}); make it return what the "
+                "exercise asks for",
+            )
+        finally:
+            torch.set_default_dtype(dtype)  # in case the reader's function changed it
         return Verdict(name, "correct", f"correct. {praise}")
 
     EXERCISES[name] = check
@@ -88,19 +157,67 @@ def _exercise(body):
 # --------------------------------------------------------------------------- helpers
 
 
+@functools.cache
 def _lib():
-    """The notebook's library code (exported and imported by nbexport.py)."""
+    """The main notebook's library code (exported and imported by nbexport.py), once
+    per kernel: checking that the export is fresh reads the whole notebook."""
     import nbexport
 
     return nbexport.load()
 
 
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _exception_text(exc: BaseException) -> str:
+    """`Type: message`, even when the exception's own str() fails."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be shown)"
+    name = type(exc).__name__
+    return f"{name}: {_short(message, 300)}" if message else name
+
+
+def _repr(value) -> str:
+    try:
+        return _short(repr(value))
+    except Exception:  # an int of more than 4300 digits, say
+        return "too long to show"
+
+
 def _kind(value) -> str:
+    """What a value is, in words, for a message (never calls the value's own code
+    beyond its type and, for a string, its characters)."""
     if value is None:
         return "None (did you forget `return`?)"
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
-    return f"a {type(value).__name__}"
+    if isinstance(value, bool):
+        return f"a bool ({value})"
+    if isinstance(value, str | bytes):
+        return f"a {type(value).__name__} ({_short(repr(value[:80]))})"
+    if isinstance(value, numbers.Number):
+        if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+            return f"a complex number {_repr(value)}"
+        return f"a number ({_repr(value)})"
+    if type(value).__module__ == "numpy" and hasattr(value, "shape"):
+        return f"a NumPy array of shape {tuple(value.shape)}"
+    if isinstance(value, types.GeneratorType):
+        return (
+            "a generator (a function that uses `yield`, or a `(... for ...)` "
+            "expression in parentheses, makes one)"
+        )
+    if isinstance(value, list | tuple):
+        inner = {type(v).__name__ for v in value[:8]}
+        of = f" of {', '.join(sorted(inner))}" if inner else ""
+        return f"a {type(value).__name__} of {len(value)} items{of}"
+    if isinstance(value, types.FunctionType | types.MethodType | nn.Module):
+        return f"a {type(value).__name__} (did you return it instead of calling it?)"
+    if type(value) is object:
+        return "a bare object()"
+    return f"an object of type {type(value).__qualname__}"
 
 
 _MASK_HINT = {  # for multi-head attention's mask
@@ -115,30 +232,178 @@ _HINTS = {
 }
 
 
-def _call(fn, *args, context: str = "", hints: dict | None = None):
-    """fn(*args); NotImplementedError means not done, any other error is reported
-    with the line of the reader's code it came from."""
+def _arm(seconds: float) -> Callable[[], None]:
+    """Raise _TimeUp in the main thread after `seconds`, and every half second after
+    that, until the function returned is called (see the module's docstring). That
+    function may be called twice: an alarm that interrupts the first call before it
+    takes effect lands in _call's `except _TimeUp`, which calls it again. Without
+    SIGALRM, or off the main thread, nothing is armed."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return lambda: None
+    state = {"armed": True}
+
+    def on_alarm(signum, frame):
+        if state["armed"]:
+            raise _TimeUp
+
+    def disarm():
+        if not state["armed"]:
+            return
+        state["armed"] = False  # from here on an alarm does nothing
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        if outer[0] > 0:  # someone else's timer was running: give it its time back
+            left = max(outer[0] - (time.monotonic() - start), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, outer[1])
+
+    start = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    outer = signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
+    return disarm
+
+
+def _parameter_name(fn, i: int) -> str:
+    """The reader's name for their function's i-th argument: `name`, or its
+    number."""
     try:
-        return fn(*args)
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = (
+        params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD)
+        if i < len(params)
+        else False
+    )
+    return f"`{params[i].name}`" if positional else f"number {i + 1}"
+
+
+def _state(module: nn.Module) -> dict:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def _changed(before, after) -> bool:
+    if isinstance(before, torch.Tensor):
+        return before.shape != after.shape or not torch.equal(before, after)
+    return before.keys() != after.keys() or any(
+        _changed(v, after[k]) for k, v in before.items()
+    )
+
+
+def _call(fn, *args, context: str = "", hints: dict | None = None):
+    """fn(*args) with copies of the tensor arguments, within TIME_LIMIT_S.
+    NotImplementedError means not done; any other error is reported with the line of
+    the reader's code it came from; a changed argument is reported by name."""
+    copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    states = {i: _state(a) for i, a in enumerate(args) if isinstance(a, nn.Module)}
+    disarm = _arm(TIME_LIMIT_S)
+    try:
+        try:
+            result = fn(*copies)
+        finally:
+            disarm()
     except NotImplementedError:
         raise _NotDone from None
-    except Exception as exc:  # the reader's code may raise anything
+    except _TimeUp:
+        disarm()  # again, in case the alarm interrupted the first call
+        raise _Wrong(
+            f"your function ran longer than {TIME_LIMIT_S:g} s{context}; look for a "
+            "loop that never ends (the check stopped it; a call should take "
+            "milliseconds)"
+        ) from None
+    except KeyboardInterrupt:
+        raise _Interrupted from None
+    except SystemExit:
+        raise _Wrong(
+            f"your function called exit() or sys.exit(){context}: return the result "
+            "instead"
+        ) from None
+    except BaseException as exc:  # the reader's code may raise anything
         frames = [
             f
             for f in traceback.extract_tb(exc.__traceback__)
             if f.filename != __file__ and "site-packages" not in f.filename
         ]
         where = f", at `{frames[-1].line}`" if frames and frames[-1].line else ""
+        text = _exception_text(exc)
         hints = {**_HINTS, **(hints or {})}
-        hint = next((h for key, h in hints.items() if key in str(exc)), "")
-        raise _Wrong(
-            f"your function raised {type(exc).__name__}: {exc}{where}{context}{hint}"
+        hint = next((h for key, h in hints.items() if key in text), "")
+        raise _Raised(
+            f"your function raised {text}{where}{context}{hint}", text
         ) from None
+    for i, (arg, passed) in enumerate(zip(args, copies, strict=True)):
+        if isinstance(arg, torch.Tensor) and _changed(arg, passed):
+            name = _parameter_name(fn, i)
+            raise _Wrong(
+                f"your function changed its argument {name} in place{context} (an "
+                "in-place operation such as `.sub_()`, `+=` or an assignment to a "
+                "slice): its caller still needs the original, so compute a new "
+                "tensor instead"
+            )
+        if i in states and _changed(states[i], _state(arg)):
+            arg.load_state_dict(states[i])
+            name = _parameter_name(fn, i)
+            raise _Wrong(
+                f"your function changed the weights of its argument {name}{context}: "
+                "it should only use them"
+            )
+    return result
 
 
-def _tensor(value, what: str) -> torch.Tensor:
+_NUMPY_HINT = (
+    ": return a torch tensor (compute with torch throughout, or convert with "
+    "torch.from_numpy)"
+)
+
+
+def _tensor(
+    value, what: str, dtype=None, why: str = "the inputs' dtype, which the result keeps"
+) -> torch.Tensor:
+    """`value` if it is a real, dense CPU tensor (of `dtype`, a torch.dtype or
+    "integer", when given, `why` saying why that one); otherwise say what it is
+    instead."""
     if not isinstance(value, torch.Tensor):
-        raise _Wrong(f"{what} should be a tensor, got {_kind(value)}")
+        hint = ""
+        if type(value).__module__ == "numpy" and hasattr(value, "shape"):
+            hint = _NUMPY_HINT
+        elif isinstance(value, list | tuple):
+            hint = ": build the result with torch operations (or torch.stack)"
+        raise _Wrong(f"{what} should be a tensor, got {_kind(value)}{hint}")
+    if value.layout != torch.strided:
+        raise _Wrong(
+            f"{what} is a {value.layout} tensor; return an ordinary (dense) one"
+            " (.to_dense())"
+        )
+    if value.device.type != "cpu":
+        raise _Wrong(
+            f"{what} is on device {value.device}, but the check's inputs are on the "
+            "CPU: create new tensors on the inputs' device (device=x.device)"
+        )
+    if value.is_complex():
+        imag = value.imag.abs()
+        size = imag.max().item() if imag.numel() else 0.0
+        part = (
+            f"imaginary parts as large as {size:.4g}"
+            if size > 0
+            else "imaginary parts that are all zero"
+        )
+        raise _Wrong(
+            f"{what} is complex ({value.dtype}, with {part}); the answer is real: "
+            "find where a complex number entered the computation"
+        )
+    if dtype == "integer":
+        if value.dtype.is_floating_point or value.dtype == torch.bool:
+            raise _Wrong(
+                f"{what} has dtype {value.dtype}; token ids and indices are integers "
+                "(torch.long)"
+            )
+    elif dtype is not None and value.dtype != dtype:
+        hint = f" ({why})"
+        if dtype.is_floating_point and not value.dtype.is_floating_point:
+            hint = " (integers cannot hold these values: compute with float tensors)"
+        raise _Wrong(f"{what} has dtype {value.dtype}, expected {dtype}{hint}")
     return value
 
 
@@ -177,11 +442,24 @@ def _diagnose(got, variants, atol=1e-5, rtol=1e-4) -> None:
 
 
 def _number(value, what: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Wrong(f"{what} should be a number, got {_kind(value)}")
-    return float(value)
+    """`value` as a float if it is a real number (or a one-element real tensor)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise _Wrong(f"{what} should be a number, got {_kind(value)}")
+        value = _tensor(value, what).item()
+    if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+        raise _Wrong(
+            f"{what} should be a real number, got the complex number "
+            f"{_repr(value)}: find where a complex number (or a negative "
+            "number's fractional power) entered the computation"
+        )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = ": return a Python float, float(...)" if hasattr(value, "shape") else ""
+        raise _Wrong(f"{what} should be a number, got {_kind(value)}{hint}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise _Wrong(f"{what} is too large to be a float: {_kind(value)}") from None
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -209,13 +487,23 @@ def layer_norm(fn):
     x[1, 2] = 1e-3 * _randn(d, seed=2)  # a row whose features barely vary
     gamma, beta = _randn(d, seed=3), _randn(d, seed=4)
     want = F.layer_norm(x, (d,), gamma, beta, eps)
-    got = _tensor(_call(fn, x.clone(), gamma, beta, eps), "the result")
+    got = _tensor(_call(fn, x, gamma, beta, eps), "the result", x.dtype)
     _shape(got, x.shape, "the result", " (normalise over the last dimension only)")
     if not _close(got, want):
         plain = _ln(x, 1.0, 0.0, eps)
         _diagnose(
             got,
             [
+                (
+                    _ln(x, gamma, beta, eps, unbiased=True, eps_outside=True),
+                    "this is the unbiased std with eps outside the square root, "
+                    "(x - mean) / (x.std(-1) + eps), as the 2018 and 2022 annotated "
+                    "versions wrote it: two differences from LayerNorm. x.std() "
+                    "divides by d - 1 where LayerNorm divides by d (unbiased=False), "
+                    "and LayerNorm adds eps to the variance, sqrt(var + eps), which "
+                    "differs from std + eps on rows whose features barely vary (row "
+                    "(1, 2) of the check's input)",
+                ),
                 (
                     _ln(x, gamma, beta, eps, unbiased=True),
                     "you used the unbiased variance (divided by d - 1, the default "
@@ -250,7 +538,7 @@ def pre_norm(fn):
     nn.init.normal_(norm.weight)
     nn.init.normal_(norm.bias)
     halve = lambda t: 0.5 * t  # noqa: E731 (a dropout stand-in the check can see)
-    got = _tensor(_call(fn, x.clone(), sub, norm, halve), "the result")
+    got = _tensor(_call(fn, x, sub, norm, halve), "the result", x.dtype)
     _shape(got, x.shape, "the result")
     want = _pre(x, sub, norm, halve)
     if not _close(got, want):
@@ -285,11 +573,14 @@ def pre_norm(fn):
         )
         _first_difference(got, want, "the result", ("batch", "position", "feature"))
     block = _lib().SublayerConnection(d, 0.0, norm="pre").eval()
-    got = _call(fn, x.clone(), sub, block.norm, block.dropout)
+    got = _tensor(_call(fn, x, sub, block.norm, block.dropout), "the result", x.dtype)
+    _shape(got, x.shape, "the result")
     _first_difference(
-        _tensor(got, "the result"), block(x, sub), "the result with the notebook's "
-        "own LayerNorm", ("batch", "position", "feature"),
-    )  # fmt: skip
+        got,
+        block(x, sub),
+        "the result with the notebook's own LayerNorm",
+        ("batch", "position", "feature"),
+    )
     return "It matches the notebook's SublayerConnection(norm='pre')."
 
 
@@ -298,9 +589,11 @@ def subsequent_mask(fn):
     for size in (4, 7, 1):
         got = _tensor(_call(fn, size, context=f" (size={size})"), "the mask")
         _shape(
-            got, (1, size, size), f"subsequent_mask({size})",
+            got,
+            (1, size, size),
+            f"subsequent_mask({size})",
             " (a leading 1 lets the mask broadcast over the batch)",
-        )  # fmt: skip
+        )
         if got.dtype != torch.bool:
             raise _Wrong(
                 f"the mask has dtype {got.dtype}, expected torch.bool (True means "
@@ -345,24 +638,30 @@ def _weights(q, k, mask, scale):
     return scores.softmax(-1)
 
 
-def _pair(value, what):
+def _pair(value, what, dtype, context=""):
     if not isinstance(value, tuple | list) or len(value) != 2:
-        raise _Wrong(f"{what} should return (output, weights), got {_kind(value)}")
-    return _tensor(value[0], "the output"), _tensor(value[1], "the weights")
+        raise _Wrong(
+            f"{what} should return (output, weights){context}, got {_kind(value)}"
+        )
+    out = _tensor(value[0], f"the output{context}", dtype)
+    return out, _tensor(value[1], f"the weights{context}", dtype)
 
 
 @_exercise
 def attention(fn):
     q, k, v, mask = _attention_inputs()
     d_k = q.size(-1)
-    out, p = _pair(_call(fn, q, k, v, mask), "attention")
+    out, p = _pair(_call(fn, q, k, v, mask), "attention", q.dtype)
     _shape(p, (2, 3, 4, 5), "the weights", " (batch, heads, queries, keys)")
     _shape(out, (2, 3, 4, 6), "the output", " (batch, heads, queries, d_v)")
     dims = ("batch", "head", "query", "key")
     sums = p.double().sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
-        idx = tuple((~torch.isclose(sums, torch.ones_like(sums), atol=1e-4))
-                    .nonzero()[0].tolist())  # fmt: skip
+        idx = tuple(
+            (~torch.isclose(sums, torch.ones_like(sums), atol=1e-4))
+            .nonzero()[0]
+            .tolist()
+        )
         b, h, t = idx
         zeroed = bool((p.double().abs() * ~mask).max() == 0) and bool(
             (sums < 1 + 1e-6).all()
@@ -419,18 +718,29 @@ def attention(fn):
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     if not _close(out, ref):
         _first_difference(
-            out, ref, "the output (compared with F.scaled_dot_product_attention)",
-            ("batch", "head", "query", "feature"), hint=": it is weights @ value",
-        )  # fmt: skip
-    out, p = _pair(_call(fn, q, k, v, context=" with mask=None"), "attention")
+            out,
+            ref,
+            "the output (compared with F.scaled_dot_product_attention)",
+            ("batch", "head", "query", "feature"),
+            hint=": it is weights @ value",
+        )
+    out0, _ = _pair(_call(fn, q, k, v, context=" with mask=None"), "attention", q.dtype)
+    _shape(out0, out.shape, "the output with mask=None")
     _first_difference(
-        out, F.scaled_dot_product_attention(q, k, v), "the output with mask=None",
+        out0,
+        F.scaled_dot_product_attention(q, k, v),
+        "the output with mask=None",
         ("batch", "head", "query", "feature"),
-    )  # fmt: skip
+    )
     q16, k16, v16, _ = _attention_inputs(torch.float16)
     out16, p16 = _pair(
-        _call(fn, q16, k16, v16, mask, context=" with float16 inputs"), "attention"
+        _call(fn, q16, k16, v16, mask, context=" with float16 inputs"),
+        "attention",
+        q16.dtype,
+        " with float16 inputs",
     )
+    _shape(p16, p.shape, "the weights with float16 inputs")
+    _shape(out16, out.shape, "the output with float16 inputs")
     if not torch.isfinite(out16).all() or (p16.float() * ~mask).abs().max() > 0:
         raise _Wrong(
             "with float16 inputs masked positions get weight or the output is not "
@@ -448,9 +758,13 @@ def _split_ref(x, h):
 def heads(split_heads, merge_heads):
     B, L, h, d_k = 2, 3, 4, 2
     x = torch.arange(B * L * h * d_k, dtype=torch.float32).view(B, L, h * d_k)
-    got = _tensor(_call(split_heads, x.clone(), h), "split_heads's result")
-    _shape(got, (B, h, L, d_k), f"split_heads of a {(B, L, h * d_k)} input with "
-           f"h={h}", " (batch, heads, positions, d_k)")  # fmt: skip
+    got = _tensor(_call(split_heads, x, h), "split_heads's result", x.dtype)
+    _shape(
+        got,
+        (B, h, L, d_k),
+        f"split_heads of a {(B, L, h * d_k)} input with h={h}",
+        " (batch, heads, positions, d_k)",
+    )
     want = _split_ref(x, h)
     if not torch.equal(got, want):
         idx = tuple((got != want).nonzero()[0].tolist())
@@ -469,9 +783,14 @@ def heads(split_heads, merge_heads):
             f"{lo}..{lo + d_k - 1} of position {pos}; yours holds (position, feature) "
             f"{', '.join(map(str, have))}{hint}"
         )
-    back = _tensor(_call(merge_heads, want.contiguous()), "merge_heads's result")
-    _shape(back, x.shape, f"merge_heads of a {tuple(want.shape)} input",
-           " (batch, positions, h * d_k)")  # fmt: skip
+    back = _call(merge_heads, want.contiguous())
+    back = _tensor(back, "merge_heads's result", x.dtype)
+    _shape(
+        back,
+        x.shape,
+        f"merge_heads of a {tuple(want.shape)} input",
+        " (batch, positions, h * d_k)",
+    )
     if not torch.equal(back, x):
         hint = (
             " (you reshaped without moving the heads back next to d_k: transpose "
@@ -479,8 +798,13 @@ def heads(split_heads, merge_heads):
             if torch.equal(back, want.reshape(B, L, h * d_k))
             else ""
         )
-        _first_difference(back, x, "merge_heads(split_heads(x))",
-                          ("batch", "position", "feature"), hint=hint)  # fmt: skip
+        _first_difference(
+            back,
+            x,
+            "merge_heads(split_heads(x))",
+            ("batch", "position", "feature"),
+            hint=hint,
+        )
     return "merge_heads undoes split_heads, and both match the notebook's layout."
 
 
@@ -510,7 +834,8 @@ def multi_head_attention(fn):
         layer.bias.copy_(mha.in_proj_bias[i * d : (i + 1) * d])
     lin[3].weight.copy_(mha.out_proj.weight)
     lin[3].bias.copy_(mha.out_proj.bias)
-    got = _tensor(_call(fn, q, kv, kv, *lin, h, mask, hints=_MASK_HINT), "the result")
+    got = _call(fn, q, kv, kv, *lin, h, mask, hints=_MASK_HINT)
+    got = _tensor(got, "the result", q.dtype)
     _shape(got, (B, T, d), "the result", " (batch, queries, d_model)")
     want, _ = mha(q, kv, kv, attn_mask=(~mask).repeat_interleave(h, 0))
     if not _close(got, want):
@@ -535,9 +860,11 @@ def multi_head_attention(fn):
             ],
         )
         _first_difference(
-            got, want, "the result (compared with nn.MultiheadAttention)",
+            got,
+            want,
+            "the result (compared with nn.MultiheadAttention)",
             ("batch", "query", "feature"),
-        )  # fmt: skip
+        )
     return "It matches nn.MultiheadAttention with the same weights."
 
 
@@ -560,9 +887,15 @@ def _pe_variant(max_len, d, kind):
 @_exercise
 def positional_encoding(fn):
     max_len, d = 12, 8
-    got = _tensor(_call(fn, max_len, d), "the table")
-    _shape(got, (max_len, d), f"sinusoidal_table({max_len}, {d})",
-           " (positions, d_model)")  # fmt: skip
+    got = _tensor(
+        _call(fn, max_len, d),
+        "the table",
+        torch.float32,
+        "the dtype of the main notebook's table, and of the embeddings it is added to",
+    )
+    _shape(
+        got, (max_len, d), f"sinusoidal_table({max_len}, {d})", " (positions, d_model)"
+    )
     want = _lib().sinusoidal_table(max_len, d)
     if not _close(got, want):
         _diagnose(
@@ -597,19 +930,108 @@ def positional_encoding(fn):
 # --------------------------------------------------------------------------- Part 2
 
 
+def _off_by_one(got, step1, d_model, warmup, where) -> None:
+    """Raise if `got` (step -> the reader's rate) is eq. 3 with the step, or warmup,
+    off by one: over the whole schedule, or only while it rises or only as it decays.
+    `step1` describes what the reader's function did at step 1."""
+    w = warmup
+
+    def line(s, w=w):  # the rising part of eq. 3; 0 at step 0
+        return d_model**-0.5 * s * w**-1.5
+
+    def decay(s):
+        return d_model**-0.5 * s**-0.5 if s > 0 else math.inf
+
+    def eq3(s, w=w):
+        return min(decay(s), line(s, w))
+
+    def fits(f, steps):
+        return all(math.isclose(got[s], f(s), rel_tol=1e-6) for s in steps)
+
+    steps = sorted(got)
+    rising = [s for s in steps if s < w]
+    falling = [s for s in steps if s > w]
+
+    def at(s):
+        return f" (at step {s}, eq. 3 gives {eq3(s):.6g}, yours {got[s]:.6g})"
+
+    if fits(lambda s: eq3(s - 1), [s for s in steps if s >= 2]):
+        raise _Wrong(
+            f"off by one in the step{where}: at every step k from 2 on, yours is eq. "
+            f"3's rate of step k - 1{at(w)}, and at step 1 {step1}. Eq. 3 counts the "
+            "optimiser's steps from 1 and the k-th step uses step = k: use `step` as "
+            "it comes, without subtracting 1 (PyTorch's LambdaLR counts from 0, "
+            "which is why the main notebook hands it `lambda s: rate(s + 1)`)"
+        )
+    if fits(lambda s: eq3(s + 1), steps):
+        raise _Wrong(
+            f"off by one in the step{where}: at every step k, yours is eq. 3's rate "
+            f"of step k + 1{at(w)}, so it peaks at step {w - 1} instead of {w}. The "
+            "step already counts from 1: use it as it comes, without adding 1"
+        )
+    for other in (w - 1, w + 1):
+        if fits(lambda s, o=other: eq3(s, o), steps):
+            raise _Wrong(
+                f"off by one in warmup{where}: yours is eq. 3 with warmup = {other} "
+                f"instead of {w}: it rises as step * {other}^-1.5 and peaks at step "
+                f"{other}{at(w // 2)}; use warmup as it comes"
+            )
+    for shift in (-1, 1):
+        k = f"k {'-' if shift < 0 else '+'} 1"
+        if fits(lambda s, d=shift: line(s + d), rising) and fits(eq3, falling):
+            raise _Wrong(
+                f"off by one in the warm-up{where}: at each step k < warmup yours is "
+                f"the rising line's value at step {k}, d_model^-0.5 * ({k}) * "
+                f"warmup^-1.5{at(rising[-1])}; the decay after warmup is right. Use "
+                "step itself in step * warmup^-1.5"
+            )
+        if fits(eq3, rising) and fits(lambda s, d=shift: decay(s + d), falling):
+            raise _Wrong(
+                f"off by one in the decay{where}: at each step k > warmup yours is "
+                f"d_model^-0.5 * ({k})^-0.5, the decay of step {k}"
+                f"{at(falling[0])}; the warm-up is right. Use step itself in "
+                "step^-0.5"
+            )
+
+
 @_exercise
 def rate(fn):
     lib = _lib()
     for d_model, warmup in ((512, 400), (64, 10)):
-        steps = sorted({1, 2, warmup // 2, warmup - 1, warmup, warmup + 1,
-                        4 * warmup, 10_000})  # fmt: skip
-        got = {s: _number(_call(fn, s, d_model, warmup), f"rate({s}, ...)")
-               for s in steps}  # fmt: skip
-        want = {s: lib.rate(s, d_model, 1.0, warmup) for s in steps}
-        if all(math.isclose(got[s], want[s], rel_tol=1e-6) for s in steps):
-            continue
-        ratios = [got[s] / want[s] for s in steps]
+        steps = sorted(
+            {1, 2, warmup // 2, warmup - 1, warmup, warmup + 1, 4 * warmup, 10_000}
+        )
         where = f" (d_model={d_model}, warmup={warmup})"
+        got, failed = {}, None
+        for s in steps:
+            call = f" (called as rate({s}, {d_model}, {warmup}))"
+            try:
+                value = _call(fn, s, d_model, warmup, context=call)
+                got[s] = _number(value, f"rate({s}, {d_model}, {warmup})")
+            except _Raised as raised:
+                if s != 1:  # an error at step 1 may be step 0's: judged below
+                    raise
+                failed = raised
+        want = {s: lib.rate(s, d_model, 1.0, warmup) for s in steps}
+        if failed is None and all(
+            math.isclose(got[s], want[s], rel_tol=1e-6) for s in steps
+        ):
+            continue
+        if failed is not None:
+            step1 = f"your function raised {failed.text} (step 0's rate is undefined)"
+        elif got[1] == 0:
+            step1 = "it gives 0, the rate of step 0"
+        elif math.isclose(got[1], want[1], rel_tol=1e-6):
+            step1 = (
+                "it gives eq. 3's rate of step 1 (step 0 moved to 1, as the 2022 "
+                "annotated version's `if step == 0: step = 1` did)"
+            )
+        else:
+            step1 = f"it gives {got[1]:.6g}"
+        _off_by_one(got, step1, d_model, warmup, where)
+        if failed is not None:
+            raise failed
+        ratios = [got[s] / want[s] for s in steps]
         if all(math.isclose(r, d_model**0.5, rel_tol=1e-6) for r in ratios):
             raise _Wrong(
                 f"your rate is sqrt(d_model) = {d_model**0.5:.4g} times too large at "
@@ -636,18 +1058,53 @@ def rate(fn):
     return "It matches eq. 3 (the notebook's rate with factor 1, no cool-down)."
 
 
+def _over_k_minus_2(q, target, K, eps) -> bool:
+    """Whether q is the older versions' target: eps / (K - 2) on the tokens other
+    than the label (one column, their padding, may be 0), and 1 - eps on the label
+    (or 1 - eps + eps / (K - 2))."""
+    share = eps / (K - 2)
+    q = q.double()
+    rows = torch.arange(len(target))
+    label = q[rows, target]
+    others = q.clone()
+    others[rows, target] = share
+    near = lambda t, v: torch.isclose(t, torch.full_like(t, v), atol=1e-7)  # noqa: E731
+    zero = q.abs() < 1e-9
+    return bool(
+        (near(others, share) | (others.abs() < 1e-9)).all()
+        and (zero.sum(1) <= 1).all()
+        and (
+            near(label, 1 - eps) | near(label, 1 - eps + share) | zero[rows, target]
+        ).all()
+        and not zero[rows, target].all()
+    )
+
+
 @_exercise
 def label_smoothing(fn):
     K, eps = 6, 0.1
     target = torch.tensor([2, 0, 5, 3])
-    got = _tensor(_call(fn, target.clone(), K, eps), "q")
+    got = _tensor(
+        _call(fn, target, K, eps),
+        "q",
+        torch.float32,
+        "the dtype of the log-probabilities it multiplies",
+    )
     _shape(got, (len(target), K), "q", " (one row per label, one column per token)")
+    if _over_k_minus_2(got, target, K, eps):
+        raise _Wrong(
+            f"you spread eps over K - 2 tokens, eps / (K - 2) = {eps / (K - 2):.4g} "
+            "each, as the 2018 and 2022 annotated versions did (they left out the "
+            "label and the padding token); §5.4 mixes in the uniform distribution "
+            f"over all K = {K} tokens: every token gets eps / K = {eps / K:.4g}, and "
+            "the label 1 - eps on top"
+        )
     crit = _lib().LabelSmoothing(K, padding_idx=-1, smoothing=eps)
     crit(torch.zeros(len(target), K).log_softmax(-1), target)
     want = crit.true_dist
     sums = got.double().sum(1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
-        row = int((sums - 1).abs().argmax())
+        row = int((sums - 1).abs().nan_to_num(math.inf).argmax())
         hint = ""
         if math.isclose(float(got[row, target[row]]), 1 - eps, rel_tol=1e-5):
             hint = (
@@ -690,23 +1147,84 @@ def label_smoothing(fn):
     )
 
 
-def _decode_setup():
-    lib = _lib()
-    torch.manual_seed(5)  # a seed whose untrained model writes varied tokens
+@functools.cache
+def _decode_model():
+    torch.manual_seed(5)  # a seed where a decoder without the mask writes other tokens
     V = 12
-    model = lib.make_model(
-        V, V, "tiny", N=1, d_model=32, d_ff=64, h=4, P_drop=0.0, tie="none"
+    model = _lib().make_model(  # two layers: with one, a missing mask changes nothing
+        V, V, "tiny", N=2, d_model=32, d_ff=64, h=4, P_drop=0.0, tie="none"
     )
-    src = torch.randint(2, V, (3, 6), generator=_gen(31))
+    return model.eval()
+
+
+def _decode_setup():
+    """The notebook's code, a fresh copy of a small untrained model, a batch."""
+    model = copy.deepcopy(_decode_model())
+    src = torch.randint(2, 12, (3, 6), generator=_gen(31))
     src_mask = torch.ones(3, 1, 6, dtype=torch.bool)
-    return lib, model.eval(), src, src_mask
+    return _lib(), model, src, src_mask
+
+
+def _spy_on_decode(model) -> list:
+    """Make model.decode record the (prefix length, tgt_mask) of each call."""
+    calls = []
+    decode = model.decode
+    signature = inspect.signature(decode)
+
+    @functools.wraps(decode)
+    def spy(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs).arguments
+            tgt = bound.get("tgt")
+            length = tgt.size(-1) if isinstance(tgt, torch.Tensor) else None
+            calls.append((length, bound.get("tgt_mask")))
+        except TypeError:
+            pass  # decode itself will say what is wrong with the arguments
+        return decode(*args, **kwargs)
+
+    model.decode = spy
+    return calls
+
+
+def _mask_problem(calls) -> str:
+    """What is wrong with the target masks the reader passed to model.decode."""
+    for length, mask in calls:
+        if length is None or length < 2:
+            continue  # a one-token prefix needs no mask
+        if mask is None:
+            return (
+                f"the subsequent mask is missing: model.decode got tgt_mask=None for "
+                f"a prefix of {length} tokens, so every position attends to the "
+                "positions after it; from the second decoder layer on (the check's "
+                "model has two) that changes the newest position's output too. "
+                "Pass subsequent_mask(ys.size(1)) as tgt_mask"
+            )
+        want = torch.ones(length, length, dtype=torch.bool).tril()
+        try:
+            same = torch.equal(torch.broadcast_to(mask, want.shape), want)
+        except (RuntimeError, TypeError):
+            same = (
+                isinstance(mask, torch.Tensor)
+                and mask.dim() == 3
+                and all(torch.equal(m, want) for m in mask)
+            )
+        if not same:
+            return (
+                f"the tgt_mask passed to model.decode for a prefix of {length} tokens "
+                "is not the subsequent mask (row t True at columns 0..t): pass "
+                "subsequent_mask(ys.size(1))"
+            )
+    return ""
 
 
 @_exercise
 def greedy_decode(fn):
     lib, model, src, src_mask = _decode_setup()
     max_len, start = 7, 1
-    got = _tensor(_call(fn, model, src, src_mask, max_len, start), "the result")
+    calls = _spy_on_decode(model)
+    got = _call(fn, model, src, src_mask, max_len, start)
+    del model.decode  # the spy: the model's own method again
+    got = _tensor(got, "the result", "integer")
     _shape(
         got,
         (src.size(0), max_len),
@@ -716,6 +1234,9 @@ def greedy_decode(fn):
     want = lib.greedy_decode(model, src, src_mask, max_len, start)
     if not torch.equal(got[:, 0], want[:, 0]):
         raise _Wrong(f"every row must start with the start symbol {start}")
+    problem = _mask_problem(calls)
+    if problem:
+        raise _Wrong(problem)
     if not torch.equal(got, want):
         b, t = (got != want).nonzero()[0].tolist()
         hint = (
@@ -737,13 +1258,19 @@ def greedy_decode(fn):
 # --------------------------------------------------------------------------- Part 3
 
 _BLEU_CASES = [  # (outputs, references): shorter, longer and as long as the refs
-    (["the cat sat on the mat today", "a dog runs in a park"],
-     ["the cat sat on the mat", "a dog runs in the park"]),
-    (["the cat sat on mat", "a dog runs"],
-     ["the cat sat on the mat", "a dog runs in the park"]),
-    (["a man rides a red bike down the street", "two girls play"],
-     ["a man rides a red bike on the street", "two girls play"]),
-]  # fmt: skip
+    (
+        ["the cat sat on the mat today", "a dog runs in a park"],
+        ["the cat sat on the mat", "a dog runs in the park"],
+    ),
+    (
+        ["the cat sat on mat", "a dog runs"],
+        ["the cat sat on the mat", "a dog runs in the park"],
+    ),
+    (
+        ["a man rides a red bike down the street", "two girls play"],
+        ["a man rides a red bike on the street", "two girls play"],
+    ),
+]
 
 
 def _bleu_stats():
@@ -775,8 +1302,9 @@ def bleu(brevity_penalty, bleu_score):
                 f"brevity_penalty({c}, {r}) should be {st.bp:.6g} (sacreBLEU's), "
                 f"got {got:.6g}"
             )
-        got = _number(_call(bleu_score, list(st.counts), list(st.totals), c, r),
-                      "bleu_score")  # fmt: skip
+        got = _number(
+            _call(bleu_score, list(st.counts), list(st.totals), c, r), "bleu_score"
+        )
         want = BLEU.compute_bleu(st.counts, st.totals, c, r).score
         if math.isclose(got, want, rel_tol=1e-6):
             continue
@@ -836,11 +1364,12 @@ def _beam_inputs():
 def beam_candidates(fn):
     score, logp, k = _beam_inputs()
     B, V = score.size(0), logp.size(-1)
-    result = _call(fn, score.clone(), logp.clone(), k)
+    result = _call(fn, score, logp, k)
     if not isinstance(result, tuple | list) or len(result) != 3:
         raise _Wrong(f"return (top, beam, token), got {_kind(result)}")
-    top, beam, token = (_tensor(t, n) for t, n in zip(result, ("top", "beam", "token"),
-                                                      strict=True))  # fmt: skip
+    top = _tensor(result[0], "top", score.dtype)
+    beam = _tensor(result[1], "beam", "integer")
+    token = _tensor(result[2], "token", "integer")
     for t, name in ((top, "top"), (beam, "beam"), (token, "token")):
         _shape(t, (B, 2 * k), name, " (sentences, 2 * k candidates)")
     cand = (score.view(-1, 1) + logp).view(B, k * V)
@@ -866,10 +1395,9 @@ def beam_candidates(fn):
                 ),
             ],
         )
-        _first_difference(top, want, "top", ("sentence", "candidate"),
-                          hint=" (best first)")  # fmt: skip
-    if beam.dtype.is_floating_point or token.dtype.is_floating_point:
-        raise _Wrong("beam and token should be integer tensors (idx // V, idx % V)")
+        _first_difference(
+            top, want, "top", ("sentence", "candidate"), hint=" (best first)"
+        )
     if beam.min() < 0 or beam.max() >= k or token.min() < 0 or token.max() >= V:
         raise _Wrong(
             f"beam must lie in 0..{k - 1} and token in 0..{V - 1}: of a flat index "

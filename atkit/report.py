@@ -1,0 +1,387 @@
+"""Part 4's table and the sentences that read it, written from its numbers.
+
+The notebook measures; this module only formats. Every function takes the plain
+record that the notebook's `run_recipe` returns (numbers, labels, lists: no models),
+so each sentence can be tested against made-up numbers, including the cases a run
+may hit one day: a row whose training diverged, a gain exactly as large as the seed
+spread, no average that beats the best snapshot, a seed spread that was not measured.
+
+The record (a dict):
+
+* ``rows``: one dict per table row, in order: ``no`` (1, 2, ...), ``key``, ``label``,
+  ``dir`` ("de-en"/"en-de"), ``warmup``, ``peak`` (the highest rate its schedule
+  reached), ``vs`` (the ``no`` of the row it is compared with, or None), ``trained``
+  (True when it is another training run than its reference row), ``bleu``,
+  ``ratio`` (output/reference length), ``unk`` (outputs holding ``<unk>``),
+  ``seconds`` (decoding), and ``diverged`` (None, or the message of the run that
+  diverged, which then has no scores);
+* ``noise``: the seed-to-seed range of test BLEU (the larger of the two models'), or
+  None when it was not measured for this run;
+* ``steps``, ``preset``, ``sentences`` (test sentences);
+* ``choices``: per direction, ``n_avg`` and ``avg_sweep`` (rows of ``n``, ``steps``,
+  ``bleu``, ``ratio`` on val), ``alpha``, ``alpha_sweep`` (``alpha``, ``bleu``,
+  ``ratio`` on val), ``capped`` and ``alpha_cap``;
+* ``averaging``: per schedule ("eq. 3 alone", "eq. 3, cool-down"): ``n``, ``one``
+  and ``avg`` (test BLEU of the best snapshot and of the average, greedy), ``val_one``
+  and ``val_avg`` (the same on val), ``steps`` (of the averaged snapshots), ``rates``
+  (at those steps), ``end_rate``, ``peak``; and ``shared`` (the steps the two runs
+  share).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def signed(x: float, digits: int = 2) -> str:
+    """A difference for people: +0.14, -1.07, and 0.00 (never -0.00)."""
+    x = round(x, digits)
+    return f"{x:+.{digits}f}" if x else f"{0:.{digits}f}"
+
+
+def brevity(ratio: float) -> float:
+    """BLEU's brevity penalty for an output/reference length ratio."""
+    if ratio >= 1:
+        return 1.0
+    return math.exp(1 - 1 / ratio) if ratio > 0 else 0.0  # no output at all: 0
+
+
+def within_noise(gain: float, noise: float | None) -> bool:
+    """A gain between two training runs no larger than the seed-to-seed range."""
+    return noise is not None and abs(round(gain, 2)) <= noise
+
+
+def choices(finals: dict) -> list[str]:
+    """The sweeps on val behind each direction's final system."""
+    out = []
+    for direction, c in finals.items():
+        out.append(f"{direction} on val, greedy:")
+        for n, steps, bleu, _ in c["avg_sweep"]:
+            mark = "  <- chosen" if n == c["n_avg"] else ""
+            out.append(
+                f"  the average of the snapshots of steps {steps}: "
+                f"BLEU {bleu:5.2f}{mark}"
+            )
+        ratio = c["avg_sweep"][c["n_avg"] - 1][3]
+        out.append(
+            f"{direction} on val, the average of {c['n_avg']}: greedy length ratio "
+            f"{ratio:.3f}; beam search:"
+        )
+        for a, bleu, r in c["alpha_sweep"]:
+            mark = "  <- chosen" if a == c["alpha"] else ""
+            out.append(
+                f"  alpha {a:3.1f}: BLEU {bleu:5.2f}, length ratio {r:.3f}{mark}"
+            )
+        if c["capped"]:
+            out.append(
+                f"  (the best is the largest tried: the search stops at the cap, "
+                f"alpha {c['alpha_cap']:g})"
+            )
+    return out
+
+
+def spread(summary: dict, noise: float | None) -> list[str]:
+    """The committed seed spread, or why it does not apply to this run."""
+    if "why_not" in summary:
+        return [f"seed spread: {summary['why_not']}"]
+    out = [
+        f"{summary['command']} ({summary['machine']}, {summary['precision']}, torch "
+        f"{summary['torch']}):"
+    ]
+    for name, m in summary["models"].items():
+        t = m["bleu_test_2016_flickr"]
+        out.append(
+            f"  {name:<12} test_2016 BLEU over seeds {m['seeds']}: mean "
+            f"{t['mean']:.2f}, min {t['min']:.2f}, max {t['max']:.2f}"
+        )
+    out.append(f"the larger range, {noise:.2f} BLEU, is the table's seed noise")
+    return out
+
+
+def _rows(summary) -> dict:
+    return {r["no"]: r for r in summary["rows"]}
+
+
+def gain(summary, row) -> float | None:
+    """Row's BLEU minus its reference row's, or None (no reference, or a diverged
+    run on either side)."""
+    ref = _rows(summary).get(row["vs"]) if row["vs"] is not None else None
+    if ref is None or row["diverged"] or ref["diverged"]:
+        return None
+    return round(row["bleu"], 2) - round(ref["bleu"], 2)
+
+
+def table(summary) -> list[str]:
+    """The table's lines: one row per line, a gain marked * when it lies within
+    seed noise, a diverged run said as such."""
+    head = (
+        f"preset {summary['preset']}: every trained row {summary['steps']} steps; "
+        f"sacreBLEU on test_2016 ({summary['sentences']} sentences)"
+    )
+    cols = (
+        f"{'row':<31} {'dir':>5} {'warmup':>6} {'peak lr':>8} {'BLEU':>6} "
+        f"{'ratio':>6} {'vs':>3} {'gain':>7} {'decode s':>8}"
+    )
+    lines, marked = [head, cols], False
+    for r in summary["rows"]:
+        name = f"{r['no']} {r['label']}"
+        left = f"{name:<31} {r['dir']:>5} {r['warmup']:>6} {r['peak']:>8.1e}"
+        if r["diverged"]:
+            lines.append(f"{left}  diverged: {r['diverged']}")
+            continue
+        g = gain(summary, r)
+        mark = ""
+        if g is not None and r["trained"] and within_noise(g, summary["noise"]):
+            mark, marked = "*", True
+        text = "" if g is None else signed(g) + mark
+        vs = "" if r["vs"] is None else r["vs"]
+        lines.append(
+            f"{left} {r['bleu']:>6.2f} {r['ratio']:>6.3f} {vs:>3} {text:>7} "
+            f"{r['seconds']:>8.0f}"
+        )
+    if marked:
+        lines.append(
+            f"* within seed noise: no larger than the seed-to-seed range of "
+            f"{summary['noise']:.2f} BLEU"
+        )
+    return lines
+
+
+def change(summary, no: int) -> str:
+    """'(row 2 vs 1): BLEU 36.82 -> 37.27 (+0.45, within seed noise), length
+    ratio 1.028 -> 0.966', or what stands in the way of a comparison."""
+    rows = _rows(summary)
+    b = rows[no]
+    a = rows[b["vs"]]
+    for r in (a, b):
+        if r["diverged"]:
+            return f"(row {no} vs {a['no']}): row {r['no']}'s run diverged"
+    g = gain(summary, b)
+    noisy = b["trained"] and within_noise(g, summary["noise"])
+    return (
+        f"(row {no} vs {a['no']}): BLEU {a['bleu']:.2f} -> {b['bleu']:.2f} "
+        f"({signed(g)}{', within seed noise' if noisy else ''}), length ratio "
+        f"{a['ratio']:.3f} -> {b['ratio']:.3f}"
+    )
+
+
+def alpha_sentence(summary, direction: str) -> str:
+    """What the length-penalty sweep on val showed, for one direction."""
+    c = summary["choices"][direction]
+    sweep = {a: (b, r) for a, b, r in c["alpha_sweep"]}
+    chosen = c["alpha"]
+    greedy = c["avg_sweep"][c["n_avg"] - 1][3]
+    text = (
+        f"Alpha, {direction}: on val the averaged weights decoded greedily write "
+        f"{greedy:.3f} times the references' length"
+    )
+    if 0.0 in sweep:
+        r0 = sweep[0.0][1]
+        text += (
+            f", and beam search without a length penalty {r0:.3f} (brevity penalty "
+            f"{brevity(r0):.3f})"
+        )
+    text += (
+        f". The best validation BLEU is at alpha {chosen:g} ({sweep[chosen][0]:.2f}, "
+        f"length ratio {sweep[chosen][1]:.3f})"
+    )
+    if 0.6 in sweep and chosen != 0.6:
+        text += f"; the paper's 0.6 gives {sweep[0.6][0]:.2f}"
+    if 0.0 in sweep and sweep[0.0][1] < min(1.0, greedy) and chosen > 0:
+        text += (
+            ". Beam search favours short hypotheses (each token lowers the "
+            "log-probability), and the penalty gives back the length that greedy "
+            "decoding did not lose"
+        )
+    if c.get("capped"):
+        text += (
+            f". The best alpha is the largest tried: the search stopped at its cap, "
+            f"{c['alpha_cap']:g}"
+        )
+    return text + "."
+
+
+def what_the_table_says(summary) -> list[str]:
+    """The table in sentences, each with its numbers."""
+    rows = {r["key"]: r for r in summary["rows"]}
+    no = {key: r["no"] for key, r in rows.items()}
+    out = [
+        f"Shared BPE with three-way tying against words {change(summary, no['bpe'])}."
+    ]
+    c = summary["choices"]["de-en"]
+    avg = rows["avg"]
+    if c["n_avg"] > 1:
+        out.append(
+            f"Averaging the last {c['n_avg']} snapshots, greedy "
+            f"{change(summary, avg['no'])}."
+        )
+    else:
+        out.append(
+            f"No average of snapshots beat the best snapshot on val, so row "
+            f"{avg['no']} decodes that snapshot alone."
+        )
+    beam = rows["beam"]
+    if not beam["diverged"]:
+        ref = _rows(summary)[beam["vs"]]
+        out.append(
+            f"Beam search on the same weights {change(summary, beam['no'])}; its "
+            f"brevity penalty is {brevity(beam['ratio']):.3f} against "
+            f"{brevity(ref['ratio']):.3f} for greedy decoding."
+        )
+    for direction in summary["choices"]:
+        out.append(alpha_sentence(summary, direction))
+    post = change(summary, no["post"])
+    out.append(f"Post-norm at the pre-norm model's schedule {post}.")
+    if "post own" in rows:
+        own = change(summary, no["post own"])
+        out.append(f"Post-norm with a schedule of its own {own}.")
+    out.append(
+        "English→German, scored against German references and so not comparable "
+        f"with the de-en rows: averaging {change(summary, no['en-de avg'])}; beam "
+        f"search on those weights {change(summary, no['en-de beam'])}."
+    )
+    return out
+
+
+def averaging_table(summary) -> list[str]:
+    """Eq. 3 alone against eq. 3 with a cool-down: best snapshot and average."""
+    a = summary["averaging"]
+    if a is None:
+        return ["not measured: one of the two runs diverged"]
+    lines = [
+        f"greedy, de-en, test_2016; the runs share their first {a['shared']} steps "
+        f"and end at step {summary['steps']}",
+        f"{'schedule':<17} {'last rate':>9} {'best':>6} {'average':>7} {'of':>3} "
+        f"{'gain':>6} {'val best':>8} {'val avg':>7}",
+    ]
+    for label in ("eq. 3 alone", "eq. 3, cool-down"):
+        s = a[label]
+        lines.append(
+            f"{label:<17} {s['end_rate']:>9.1e} {s['one']:>6.2f} {s['avg']:>7.2f} "
+            f"{s['n']:>3} {signed(s['avg'] - s['one']):>6} {s['val_one']:>8.2f} "
+            f"{s['val_avg']:>7.2f}"
+        )
+    return lines
+
+
+def averaging_says(summary) -> list[str]:
+    """When averaging paid, in sentences: against the cool-down, on test and val."""
+    a = summary["averaging"]
+    if a is None:
+        return []
+    e, c = a["eq. 3 alone"], a["eq. 3, cool-down"]
+    noise = summary["noise"]
+    bought = c["one"] - e["one"]
+    rates = ", ".join(f"{x:.1e}" for x in e["rates"])
+    out = [
+        f"Eq. 3 alone ends at a rate of {e['end_rate']:.1e}, "
+        f"{e['end_rate'] / e['peak']:.0%} of its peak; the cool-down takes it to "
+        f"{c['end_rate']:.1e}. Best snapshots on test: {e['one']:.2f} with eq. 3 "
+        f"alone, {c['one']:.2f} with the cool-down ({signed(bought)}"
+        f"{', within seed noise' if within_noise(bought, noise) else ''})."
+    ]
+    if e["n"] > 1:
+        out.append(
+            f"Averaging eq. 3's snapshots of steps {e['steps']} (rates {rates}) "
+            f"changes test BLEU by {signed(e['avg'] - e['one'])}; after the "
+            f"cool-down, averaging {c['n']} snapshot{'s' * (c['n'] > 1)} changes it "
+            f"by {signed(c['avg'] - c['one'])}."
+        )
+    else:
+        out.append("For eq. 3 alone no average beat the best snapshot on val.")
+    test_first = e["avg"] > c["avg"]  # eq. 3 alone's final system wins on test
+    val_first = e["val_avg"] > c["val_avg"]
+    if (
+        e["avg"] != c["avg"]
+        and e["val_avg"] != c["val_avg"]
+        and test_first != val_first
+    ):
+        win, lose = ("eq. 3 alone", "the cool-down")
+        if not test_first:
+            win, lose = lose, win
+        gap = abs(e["avg"] - c["avg"])
+        size = ""
+        if noise is not None:
+            size = (
+                f"; the gap on test, {gap:.2f}, is "
+                + ("no larger than" if within_noise(gap, noise) else "larger than")
+                + f" the seed-to-seed range ({noise:.2f})"
+            )
+        out.append(
+            f"The final systems (each schedule's choice on val) disagree between "
+            f"the splits: on test {win} wins ({max(e['avg'], c['avg']):.2f} "
+            f"against {min(e['avg'], c['avg']):.2f}), on val {lose} wins "
+            f"({max(e['val_avg'], c['val_avg']):.2f} against "
+            f"{min(e['val_avg'], c['val_avg']):.2f}){size}."
+        )
+    if e["n"] > 1 and e["avg"] - e["one"] > max(c["avg"] - c["one"], 0):
+        out.append(
+            "Averaging paid more where the rate was still high at the end, as in "
+            "the paper's runs; a cool-down does part of the same work."
+        )
+    return out
+
+
+def conclusion(summary, part3_bleu: float) -> list[str]:
+    """What the run measured, in four sentences."""
+    rows = summary["rows"]
+    best = {}
+    for direction in ("de-en", "en-de"):
+        scored = [r for r in rows if r["dir"] == direction and not r["diverged"]]
+        best[direction] = max(scored, key=lambda r: r["bleu"]) if scored else None
+    out = [
+        f"Part 3's model, words and greedy decoding: BLEU {part3_bleu:.2f} on "
+        f"test_2016 after {summary['steps']} steps of preset {summary['preset']}."
+    ]
+    if best["de-en"] and best["en-de"]:
+        de, en = best["de-en"], best["en-de"]
+        out.append(
+            f"The best German→English row of Part 4 is row {de['no']} "
+            f"({de['bleu']:.2f}); the best English→German row is row {en['no']} "
+            f"({en['bleu']:.2f})."
+        )
+    keyed = {r["key"]: r for r in rows}
+    keys = ("beam", "en-de beam", "avg", "en-de avg")
+    gains = {k: gain(summary, keyed[k]) for k in keys}
+    if None not in gains.values() and summary.get("averaging"):
+        e = summary["averaging"]["eq. 3 alone"]
+        out.append(
+            f"Beam search changed BLEU by {signed(gains['beam'])} (de-en) and "
+            f"{signed(gains['en-de beam'])} (en-de) on the same weights. Averaging "
+            f"snapshots changed greedy BLEU by {signed(e['avg'] - e['one'])} at the "
+            f"end of eq. 3 alone, and after a cool-down by {signed(gains['avg'])} "
+            f"(de-en) and {signed(gains['en-de avg'])} (en-de)."
+        )
+    if summary["noise"] is None:
+        out.append("How far another seed moves these scores was not measured here.")
+    else:
+        out.append(
+            f"Another seed moves a trained model's test BLEU by up to "
+            f"{summary['noise']:.2f}."
+        )
+    return out
+
+
+def bench(figures: dict) -> str:
+    """tools/bench.py's figures (its --json) in one sentence."""
+    paths = {p: figures[p] for p in ("didactic", "fast") if p in figures}
+    if len(paths) < 2:
+        return "The bench measured only one path; nothing to compare."
+    did, fast = paths["didactic"]["tokens_per_s"], paths["fast"]["tokens_per_s"]
+    ratio = fast / did
+    return (
+        f"On this machine the fast step trained {ratio:.2f} times as many label "
+        f"tokens per second as the didactic one, on the same model and batches "
+        f"({fast:,.0f} against {did:,.0f})."
+    )
+
+
+def committed_model(manifest: dict) -> str:
+    """What the committed model is, from its manifest, in one sentence."""
+    b = manifest["bleu"]["exported"]
+    return (
+        f"the committed model: {manifest['what']}, preset {manifest['preset']} on "
+        f"{manifest['machine']}, steps {manifest['averaged_steps']}; test_2016 BLEU "
+        f"{b['greedy']['bleu']:.2f} greedy, {b['beam']['bleu']:.2f} with beam search. "
+        "A model you train is another model, with other attention."
+    )

@@ -1,0 +1,918 @@
+/* The notebook's translation pipeline in the browser, for docs/translate.html.
+
+   A model file written by atkit/export.py (one <script src> per direction) stores
+   globalThis.atkitModels[direction]; `atkitTranslator.load(that object)` returns a
+   Translator that does what the notebook does for one sentence:
+
+   1. spaCy's tokenizer (spacy.blank(lang), Part 3's `tokenize_all`): the algorithm of
+      spaCy's Tokenizer (tokenizer.pyx: whitespace split, special cases, prefixes and
+      suffixes, URL match, infixes, then the special-case matcher), run on the rules
+      exported from spaCy;
+   2. sentencepiece's BPE encoding of the tokens joined by spaces (`SharedBPE.encode`;
+      bpe_model.cc: merge the best-scored adjacent pair, leftmost first; unknown
+      characters become <unk>, a run of them one <unk>), read from the model's proto;
+   3. the Transformer of Part 1 (pre-norm or post-norm), decoding with a key/value
+      cache (`CachedDecoderStepper`) greedily (`greedy_decode`) or with beam search
+      (`beam_search`: 2k candidates, finished hypotheses ranked with the length
+      penalty ((5 + |Y|) / 6)^alpha, the same stop rules), each output at most
+      min(max_len, source ids + 50) tokens long (§6.1);
+   4. sentencepiece's decoding, split on whitespace, and Part 3's `detokenize`;
+   5. the attention weights of one teacher-forced pass over the output
+      (`attention_maps`), for atkit/attention_view.js.
+
+   Numbers are float32 in storage (as in PyTorch) with sums in float64; the tests
+   compare tokens, pieces and greedy outputs with the notebook's code. */
+(function (root) {
+  "use strict";
+
+  const BOS = 0, EOS = 1; // the notebook's SPECIALS: <s>, </s>, <blank>, <unk>
+  const f32 = Math.fround;
+
+  class InputError extends Error {} // bad input: a message for the reader
+
+  // ------------------------------------------------------------------ bytes
+  function fromBase64(text) {
+    const bin = atob(text);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+
+  async function inflate(bytes) {
+    if (typeof DecompressionStream === "undefined") {
+      throw new Error("this browser has no DecompressionStream (Chromium 80+, Firefox 113+, Safari 16.4+)");
+    }
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+
+  // ------------------------------------------------------------------ protobuf
+  // The fields of a message: [number, wire type, value or [start, end)].
+  function protoFields(bytes, start, end) {
+    const out = [];
+    let pos = start;
+    const varint = () => {
+      let x = 0, mul = 1, b;
+      do { b = bytes[pos++]; x += (b & 0x7f) * mul; mul *= 128; } while (b & 0x80);
+      return x;
+    };
+    while (pos < end) {
+      const key = varint(), num = Math.floor(key / 8), wire = key % 8;
+      if (wire === 0) out.push([num, wire, varint()]);
+      else if (wire === 1) { out.push([num, wire, [pos, pos + 8]]); pos += 8; }
+      else if (wire === 2) { const n = varint(); out.push([num, wire, [pos, pos + n]]); pos += n; }
+      else if (wire === 5) { out.push([num, wire, [pos, pos + 4]]); pos += 4; }
+      else throw new Error(`sentencepiece model: wire type ${wire} is not supported`);
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------------ sentencepiece
+  const NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5;
+  const SPACE = "\u2581"; // sentencepiece's ▁
+
+  class SentencePieceBPE {
+    constructor(bytes, whitespace) {
+      const text = new TextDecoder("utf-8");
+      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      const str = ([s, e]) => text.decode(bytes.subarray(s, e));
+      this.pieces = []; this.scores = []; this.types = [];
+      const norm = { addDummyPrefix: true, removeExtra: true, escape: true, charsmap: 0 };
+      let modelType = 1, suffix = false, byteFallback = false;
+      this.unkSurface = " \u2047 ";
+      for (const [num, , v] of protoFields(bytes, 0, bytes.length)) {
+        if (num === 1) {
+          let piece = "", score = 0, type = NORMAL;
+          for (const [n, , w] of protoFields(bytes, v[0], v[1])) {
+            if (n === 1) piece = str(w);
+            else if (n === 2) score = view.getFloat32(w[0], true);
+            else if (n === 3) type = w;
+          }
+          this.pieces.push(piece); this.scores.push(score); this.types.push(type);
+        } else if (num === 2) {
+          for (const [n, , w] of protoFields(bytes, v[0], v[1])) {
+            if (n === 3) modelType = w;
+            else if (n === 24) suffix = Boolean(w);
+            else if (n === 35) byteFallback = Boolean(w);
+            else if (n === 44) this.unkSurface = str(w);
+          }
+        } else if (num === 3) {
+          for (const [n, , w] of protoFields(bytes, v[0], v[1])) {
+            if (n === 2) norm.charsmap = w[1] - w[0];
+            else if (n === 3) norm.addDummyPrefix = Boolean(w);
+            else if (n === 4) norm.removeExtra = Boolean(w);
+            else if (n === 5) norm.escape = Boolean(w);
+          }
+        }
+      }
+      if (modelType !== 2 || suffix || byteFallback || norm.charsmap) {
+        throw new Error("sentencepiece model: only BPE with the identity normalisation, " +
+                        "no byte fallback and whitespace as prefix is supported");
+      }
+      this.norm = norm;
+      this.whitespace = new Set(whitespace);
+      this.normal = new Map(); // NORMAL, USER_DEFINED, UNUSED pieces: what may merge
+      this.reserved = new Map(); // control and unknown pieces
+      this.unkId = -1;
+      this.pieces.forEach((p, i) => {
+        const t = this.types[i];
+        if (t === USER_DEFINED) throw new Error("sentencepiece model: user-defined symbols are not supported");
+        (t === NORMAL || t === UNUSED ? this.normal : this.reserved).set(p, i);
+        if (t === UNKNOWN) this.unkId = i;
+      });
+      if (this.unkId < 0) throw new Error("sentencepiece model: no <unk> piece");
+    }
+
+    pieceToId(p) {
+      const r = this.reserved.get(p);
+      if (r !== undefined) return r;
+      const n = this.normal.get(p);
+      return n === undefined ? this.unkId : n;
+    }
+
+    // normalizer.cc with an empty charsmap: only ' ' is whitespace here.
+    normalize(text) {
+      const { addDummyPrefix, removeExtra, escape } = this.norm;
+      const chars = [...text];
+      let i = 0;
+      if (removeExtra) while (i < chars.length && chars[i] === " ") i++;
+      if (i === chars.length) return [];
+      const space = escape ? SPACE : " ";
+      const out = addDummyPrefix ? [space] : [];
+      let prevSpace = removeExtra;
+      for (; i < chars.length; i++) {
+        const c = chars[i];
+        if (!(prevSpace && c === " ")) {
+          out.push(c === " " && escape ? SPACE : c);
+          prevSpace = c === " ";
+        }
+        if (!removeExtra) prevSpace = false;
+      }
+      if (removeExtra) while (out.length && out[out.length - 1] === space) out.pop();
+      return out;
+    }
+
+    // sentencepiece's encode: [piece, id] pairs; a run of unknown pieces is one
+    // <unk> (sentencepiece_processor.cc, PopulateSentencePieceText).
+    encodePieces(text) {
+      const out = [];
+      let prevUnk = false;
+      for (const [piece, id] of this.bpePieces(text)) {
+        const unk = this.types[id] === UNKNOWN;
+        if (unk && prevUnk) out[out.length - 1][0] += piece;
+        else out.push([piece, id]);
+        prevUnk = unk;
+      }
+      return out;
+    }
+
+    encode(text) { return this.encodePieces(text).map(([, id]) => id); }
+
+    // bpe_model.cc's Model::SampleEncode without dropout: [piece, id] pairs.
+    bpePieces(text) {
+      const chars = this.normalize(text);
+      const sym = chars.map((c, i) => ({ piece: c, prev: i - 1, next: i + 1 < chars.length ? i + 1 : -1 }));
+      if (!sym.length) return [];
+      const heap = []; // pairs, best first: higher score, then the leftmost
+      const better = (a, b) => a.score > b.score || (a.score === b.score && a.left < b.left);
+      const push = (item) => {
+        heap.push(item);
+        for (let i = heap.length - 1; i > 0;) {
+          const p = (i - 1) >> 1;
+          if (!better(heap[i], heap[p])) break;
+          [heap[i], heap[p]] = [heap[p], heap[i]]; i = p;
+        }
+      };
+      const pop = () => {
+        const top = heap[0], last = heap.pop();
+        if (heap.length) {
+          heap[0] = last;
+          for (let i = 0; ;) {
+            const l = 2 * i + 1, r = l + 1;
+            let m = i;
+            if (l < heap.length && better(heap[l], heap[m])) m = l;
+            if (r < heap.length && better(heap[r], heap[m])) m = r;
+            if (m === i) break;
+            [heap[i], heap[m]] = [heap[m], heap[i]]; i = m;
+          }
+        }
+        return top;
+      };
+      const revMerge = new Map();
+      const addPair = (left, right) => {
+        if (left === -1 || right === -1) return;
+        const piece = sym[left].piece + sym[right].piece;
+        const id = this.normal.get(piece);
+        if (id === undefined) return;
+        push({ left, right, score: this.scores[id], size: piece.length });
+        if (this.types[id] === UNUSED) revMerge.set(piece, [sym[left].piece, sym[right].piece]);
+      };
+      for (let i = 1; i < sym.length; i++) addPair(i - 1, i);
+      while (heap.length) {
+        const top = pop();
+        const L = sym[top.left], R = sym[top.right];
+        if (!L.piece || !R.piece || L.piece.length + R.piece.length !== top.size) continue;
+        L.piece += R.piece;
+        L.next = R.next;
+        if (R.next >= 0) sym[R.next].prev = top.left;
+        R.piece = "";
+        addPair(L.prev, top.left);
+        addPair(top.left, L.next);
+      }
+      const out = [];
+      const resegment = (w) => {
+        const id = this.pieceToId(w);
+        const split = this.types[id] === UNUSED ? revMerge.get(w) : undefined;
+        if (!split) { out.push([w, id]); return; }
+        resegment(split[0]); resegment(split[1]);
+      };
+      for (let i = 0; i !== -1; i = sym[i].next) resegment(sym[i].piece);
+      return out;
+    }
+
+    // `SharedBPE.decode`: sentencepiece's text of the ids, split on whitespace.
+    decode(ids) {
+      let text = "";
+      for (const id of ids) {
+        const t = this.types[id];
+        if (t === CONTROL) continue;
+        text += t === UNKNOWN ? this.unkSurface : this.pieces[id];
+      }
+      text = text.split(SPACE).join(" ");
+      const words = [];
+      let word = "";
+      for (const c of text) {
+        if (this.whitespace.has(c)) { if (word) words.push(word); word = ""; } else word += c;
+      }
+      if (word) words.push(word);
+      return words;
+    }
+  }
+
+  // ------------------------------------------------------------------ spaCy
+  class SpacyTokenizer {
+    constructor(rules) {
+      const re = (src, flags) => (src ? new RegExp(src, flags) : null);
+      this.prefix = re(rules.prefix, "u");
+      this.suffix = re(rules.suffix, "u");
+      this.infix = re(rules.infix, "gu");
+      this.url = re(rules.url, "uy"); // Python's .match: anchored at the start
+      this.space = new Set(rules.whitespace);
+      this.specials = new Map(Object.entries(rules.specials));
+      // The special-case matcher: a trie over token texts of the rules that
+      // spaCy gives its PhraseMatcher (add_special_case, faster_heuristics).
+      this.phrases = new Map();
+      for (const text of this.specials.keys()) {
+        if (rules.faster_heuristics && !(this.findPrefix(text) || this.findInfix(text).length ||
+            this.findSuffix(text) || text.includes(" "))) continue;
+        let node = this.phrases;
+        for (const t of this.tokenizeAffixes(text, false)) {
+          if (!node.has(t.text)) node.set(t.text, new Map());
+          node = node.get(t.text);
+        }
+        node.terminal = true;
+      }
+    }
+
+    isSpace(c) { return this.space.has(c); }
+    findPrefix(s) { const m = this.prefix && this.prefix.exec(s); return m ? m[0].length : 0; }
+    findSuffix(s) { const m = this.suffix && this.suffix.exec(s); return m ? m[0].length : 0; }
+    findInfix(s) { return this.infix ? [...s.matchAll(this.infix)] : []; }
+    urlMatch(s) { if (!this.url) return false; this.url.lastIndex = 0; return this.url.test(s); }
+
+    // Tokenizer.__call__: the tokens' texts, whitespace tokens included.
+    tokenize(text) {
+      return this.applySpecialCases(this.tokenizeAffixes(text, true)).map((t) => t.text);
+    }
+
+    // Part 3's tokenize_all: the tokens that are not whitespace.
+    words(text) {
+      return this.tokenize(text).filter((t) => ![...t].every((c) => this.isSpace(c)));
+    }
+
+    // Tokenizer._tokenize_affixes: split on whitespace (a single ' ' is no token).
+    tokenizeAffixes(string, withSpecial) {
+      const tokens = [];
+      if (!string.length) return tokens;
+      let start = 0, inWs = this.isSpace(string[0]);
+      for (let i = 0; i < string.length; i++) {
+        const uc = string[i];
+        if (this.isSpace(uc) !== inWs) {
+          if (start < i) this.tokenizeSpan(string.slice(start, i), tokens, withSpecial);
+          if (uc === " ") { tokens[tokens.length - 1].spacy = true; start = i + 1; } else start = i;
+          inWs = !inWs;
+        }
+      }
+      if (start < string.length) {
+        this.tokenizeSpan(string.slice(start), tokens, withSpecial);
+        tokens[tokens.length - 1].spacy = string.endsWith(" ") && !inWs;
+      }
+      return tokens;
+    }
+
+    pushSpecial(tokens, text) {
+      for (const t of this.specials.get(text)) tokens.push({ text: t, spacy: false });
+    }
+
+    tokenizeSpan(span, tokens, withSpecial) {
+      if (withSpecial && this.specials.has(span)) { this.pushSpecial(tokens, span); return; }
+      const prefixes = [], suffixes = [];
+      const core = this.splitAffixes(span, prefixes, suffixes, withSpecial);
+      this.attachTokens(tokens, core, prefixes, suffixes, withSpecial);
+    }
+
+    // Tokenizer._split_affixes
+    splitAffixes(string, prefixes, suffixes, withSpecial) {
+      const special = (s) => withSpecial && this.specials.has(s);
+      let lastSize = 0;
+      while (string && string.length !== lastSize) {
+        if (special(string)) break;
+        lastSize = string.length;
+        const preLen = this.findPrefix(string);
+        let prefix = "", minusPre = "", suffix = "", minusSuf = "";
+        if (preLen !== 0) {
+          prefix = string.slice(0, preLen);
+          minusPre = string.slice(preLen);
+          if (minusPre && special(minusPre)) { string = minusPre; prefixes.push(prefix); break; }
+        }
+        const sufLen = this.findSuffix(string.slice(preLen));
+        if (sufLen !== 0) {
+          suffix = string.slice(string.length - sufLen);
+          minusSuf = string.slice(0, string.length - sufLen);
+          if (minusSuf && special(minusSuf)) { string = minusSuf; suffixes.push(suffix); break; }
+        }
+        if (preLen && sufLen && preLen + sufLen <= string.length) {
+          string = string.slice(preLen, string.length - sufLen);
+          prefixes.push(prefix); suffixes.push(suffix);
+        } else if (preLen) { string = minusPre; prefixes.push(prefix); }
+        else if (sufLen) { string = minusSuf; suffixes.push(suffix); }
+      }
+      return string;
+    }
+
+    // Tokenizer._attach_tokens
+    attachTokens(tokens, string, prefixes, suffixes, withSpecial) {
+      const push = (text) => tokens.push({ text, spacy: false });
+      prefixes.forEach(push);
+      if (string) {
+        if (withSpecial && this.specials.has(string)) this.pushSpecial(tokens, string);
+        else if (this.urlMatch(string)) push(string);
+        else {
+          const matches = this.findInfix(string);
+          if (!matches.length) push(string);
+          else {
+            let start = 0;
+            for (const m of matches) {
+              const a = m.index, b = m.index + m[0].length;
+              if (a === 0) continue; // an infix at the very start is no split
+              if (a !== start) push(string.slice(start, a));
+              if (a !== b) push(string.slice(a, b));
+              start = b;
+            }
+            if (string.slice(start)) push(string.slice(start));
+          }
+        }
+      }
+      for (let i = suffixes.length - 1; i >= 0; i--) push(suffixes[i]);
+    }
+
+    // Tokenizer._apply_special_cases: rules whose text spans several tokens.
+    applySpecialCases(tokens) {
+      const matches = [];
+      for (let s = 0; s < tokens.length; s++) {
+        let node = this.phrases;
+        for (let e = s; e < tokens.length; e++) {
+          node = node.get(tokens[e].text);
+          if (!node) break;
+          if (node.terminal) matches.push([s, e + 1]);
+        }
+      }
+      if (!matches.length) return tokens;
+      matches.sort((a, b) => (b[1] - b[0]) - (a[1] - a[0]) || a[0] - b[0]);
+      const seen = new Set(), spans = new Map();
+      for (const [s, e] of matches) {
+        if (!seen.has(s) && !seen.has(e - 1)) spans.set(s, e);
+        for (let i = s; i < e; i++) seen.add(i);
+      }
+      const out = [];
+      for (let i = 0; i < tokens.length;) {
+        const e = spans.get(i);
+        if (e === undefined) { out.push(tokens[i]); i++; continue; }
+        const span = tokens.slice(i, e);
+        const text = span.map((t, j) => t.text + (t.spacy && j < span.length - 1 ? " " : "")).join("");
+        if (this.specials.has(text)) {
+          const last = span[span.length - 1].spacy;
+          const repl = this.specials.get(text).map((t) => ({ text: t, spacy: false }));
+          repl[repl.length - 1].spacy = last;
+          out.push(...repl);
+        } else out.push(...span);
+        i = e;
+      }
+      return out;
+    }
+  }
+
+  // ------------------------------------------------------------------ the model
+  function halfToFloat(h) {
+    const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e === 0) return s * m * 2 ** -24;
+    if (e === 31) return m ? NaN : s * Infinity;
+    return s * (1 + m / 1024) * 2 ** (e - 15);
+  }
+
+  // The float32 weights the notebook's load_exported gives PyTorch.
+  function unpackWeights(entries, aliases, blob) {
+    const buf = blob.buffer, base = blob.byteOffset, W = {};
+    for (const e of entries) {
+      const n = e.shape.reduce((a, b) => a * b, 1);
+      let out;
+      if (e.dtype === "int8") {
+        const codes = new Int8Array(buf, base + e.offset, n);
+        const scales = new Float32Array(buf, base + e.scales, e.shape[0]);
+        const cols = e.shape[1];
+        out = new Float32Array(n);
+        for (let r = 0; r < e.shape[0]; r++) {
+          const s = scales[r];
+          for (let c = 0; c < cols; c++) out[r * cols + c] = codes[r * cols + c] * s;
+        }
+      } else if (e.dtype === "float16") {
+        const half = new Uint16Array(buf, base + e.offset, n);
+        out = new Float32Array(n);
+        for (let i = 0; i < n; i++) out[i] = halfToFloat(half[i]);
+      } else {
+        out = new Float32Array(buf.slice(base + e.offset, base + e.offset + 4 * n));
+      }
+      W[e.name] = out;
+    }
+    for (const [name, target] of Object.entries(aliases)) W[name] = W[target];
+    return W;
+  }
+
+  // y (n x dout) = x (n x din) W^T + b, W as PyTorch stores it: (dout, din).
+  function linearJS(x, n, din, w, b, dout) {
+    const y = new Float32Array(n * dout);
+    for (let o = 0; o < dout; o++) {
+      const wo = o * din, bias = b ? b[o] : 0;
+      for (let r = 0; r < n; r++) {
+        const xr = r * din;
+        let a0 = 0, a1 = 0, a2 = 0, a3 = 0, i = 0;
+        for (; i + 3 < din; i += 4) {
+          a0 += x[xr + i] * w[wo + i]; a1 += x[xr + i + 1] * w[wo + i + 1];
+          a2 += x[xr + i + 2] * w[wo + i + 2]; a3 += x[xr + i + 3] * w[wo + i + 3];
+        }
+        for (; i < din; i++) a0 += x[xr + i] * w[wo + i];
+        y[r * dout + o] = a0 + a1 + a2 + a3 + bias;
+      }
+    }
+    return y;
+  }
+
+  // The same product in WebAssembly with 128-bit SIMD (about six times the speed of
+  // the loops above in Chromium here), assembled from these bytes. One function,
+  // matmul(w, x, y, rows, cols, n), addresses in bytes, cols a multiple of 8:
+  //   for o in 0..rows: for r in 0..n:          (a row of w serves all n inputs)
+  //     a, b = 0 (f32x4 each)
+  //     for i in 0..cols step 8: a += w[o,i:i+4] * x[r,i:i+4]; b += w[o,i+4:i+8] * x[r,i+4:i+8]
+  //     y[r,o] = sum of the lanes of a + b           (float32 sums, as PyTorch's)
+  function matmulModule() {
+    const leb = (n) => { const out = []; do { let b = n & 0x7f; n >>>= 7; if (n) b |= 0x80; out.push(b); } while (n); return out; };
+    const vec = (bytes) => [...leb(bytes.length), ...bytes];
+    const name = (t) => vec([...t].map((c) => c.charCodeAt(0)));
+    const get = (i) => [0x20, i], set = (i) => [0x21, i], tee = (i) => [0x22, i], c32 = (n) => [0x41, n];
+    const simd = (op) => [0xfd, ...leb(op)];
+    const load = (off) => [...simd(0x00), 2, off], zero = [...simd(0x0c), ...new Array(16).fill(0)];
+    const mul = simd(0xe6), add = simd(0xe4), lane = (k) => [...simd(0x1f), k];
+    const F32_ADD = 0x92, ADD = 0x6a, MUL = 0x6c, LT_U = 0x49, LOOP = [0x03, 0x40], END = 0x0b, BR_IF = 0x0d;
+    // params 0 w, 1 x, 2 y, 3 rows, 4 cols, 5 n; locals 6 o, 7 r, 8 i, 9 p (in w),
+    // 10 q (x's row r), 11 a, 12 b
+    const body = [2, 5, 0x7f, 2, 0x7b,
+      ...get(3), 0x45, 0x04, 0x40, 0x0f, END, // rows == 0: return
+      ...c32(0), ...set(6),
+      ...LOOP, // o
+      ...c32(0), ...set(7), ...get(1), ...set(10),
+      ...LOOP, // r
+      ...zero, ...set(11), ...zero, ...set(12), ...c32(0), ...set(8),
+      ...get(0), ...get(6), ...get(4), MUL, ...c32(4), MUL, ADD, ...set(9),
+      ...LOOP, // i
+      ...get(11), ...get(9), ...load(0), ...get(10), ...get(8), ADD, ...load(0), ...mul, ...add, ...set(11),
+      ...get(12), ...get(9), ...load(16), ...get(10), ...get(8), ADD, ...load(16), ...mul, ...add, ...set(12),
+      ...get(9), ...c32(32), ADD, ...set(9),
+      ...get(8), ...c32(32), ADD, ...tee(8), ...get(4), ...c32(4), MUL, LT_U, BR_IF, 0, END,
+      ...get(2), ...get(7), ...get(3), MUL, ...get(6), ADD, ...c32(4), MUL, ADD, // &y[r, o]
+      ...get(11), ...get(12), ...add, ...tee(11), ...lane(0), ...get(11), ...lane(1), F32_ADD,
+      ...get(11), ...lane(2), F32_ADD, ...get(11), ...lane(3), F32_ADD, 0x38, 2, 0, // f32.store
+      ...get(10), ...get(4), ...c32(4), MUL, ADD, ...set(10),
+      ...get(7), ...c32(1), ADD, ...tee(7), ...get(5), LT_U, BR_IF, 0, END,
+      ...get(6), ...c32(1), ADD, ...tee(6), ...get(3), LT_U, BR_IF, 0, END,
+      END];
+    const section = (id, bytes) => [id, ...vec(bytes)];
+    return new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
+      ...section(1, [1, 0x60, ...vec([0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f]), 0]),
+      ...section(2, [1, ...name("env"), ...name("mem"), 0x02, 0, 1]),
+      ...section(3, [1, 0]),
+      ...section(7, [1, ...name("matmul"), 0, 0]),
+      ...section(10, [1, ...vec(body)])]);
+  }
+
+  // Matrix products for one model: its matrices copied into WebAssembly memory when
+  // the browser can (SIMD), else JavaScript loops over the Float32Arrays.
+  class Kernel {
+    constructor(matrices, maxRows, useWasm) {
+      this.ptr = new Map();
+      const bytes = matmulModule();
+      this.wasm = useWasm !== false && typeof WebAssembly !== "undefined" && WebAssembly.validate(bytes) &&
+        matrices.every((m) => m.cols % 8 === 0);
+      if (!this.wasm) return;
+      let floats = 0;
+      for (const m of matrices) floats += m.data.length;
+      const maxIn = Math.max(...matrices.map((m) => m.cols)), maxOut = Math.max(...matrices.map((m) => m.rows));
+      this.xAt = floats * 4; this.yAt = this.xAt + maxRows * maxIn * 4;
+      const total = this.yAt + maxRows * maxOut * 4;
+      this.mem = new WebAssembly.Memory({ initial: Math.ceil(total / 65536) });
+      this.matmul = new WebAssembly.Instance(new WebAssembly.Module(bytes), { env: { mem: this.mem } }).exports.matmul;
+      this.heap = new Float32Array(this.mem.buffer);
+      let at = 0;
+      for (const m of matrices) {
+        this.heap.set(m.data, at);
+        m.view = this.heap.subarray(at, at + m.data.length); // the weights, once
+        this.ptr.set(m.view, at * 4);
+        at += m.data.length;
+      }
+      this.maxRows = maxRows;
+    }
+
+    linear(x, n, din, w, b, dout) {
+      const ptr = this.wasm ? this.ptr.get(w) : undefined;
+      if (ptr === undefined || n > this.maxRows) return linearJS(x, n, din, w, b, dout);
+      this.heap.set(x.subarray(0, n * din), this.xAt / 4);
+      this.matmul(ptr, this.xAt, this.yAt, dout, din, n);
+      const y = this.heap.slice(this.yAt / 4, this.yAt / 4 + n * dout);
+      if (b) for (let r = 0; r < n; r++) for (let o = 0; o < dout; o++) y[r * dout + o] += b[o];
+      return y;
+    }
+  }
+
+  function layerNorm(x, n, d, gamma, beta, eps) {
+    const y = new Float32Array(n * d);
+    for (let r = 0; r < n; r++) {
+      let mean = 0, v = 0;
+      for (let i = 0; i < d; i++) mean += x[r * d + i];
+      mean = f32(mean / d);
+      for (let i = 0; i < d; i++) { const c = x[r * d + i] - mean; v += c * c; }
+      const den = f32(Math.sqrt(f32(f32(v / d) + eps)));
+      for (let i = 0; i < d; i++) {
+        y[r * d + i] = f32(f32(gamma[i] * f32(x[r * d + i] - mean)) / den) + beta[i];
+      }
+    }
+    return y;
+  }
+
+  function addInPlace(x, y) { for (let i = 0; i < x.length; i++) x[i] += y[i]; }
+
+  function sinusoidalTable(maxLen, d) {
+    const pe = new Float32Array(maxLen * d);
+    for (let pos = 0; pos < maxLen; pos++) {
+      for (let i2 = 0; i2 < d; i2 += 2) {
+        const angle = pos / 10000 ** (i2 / d);
+        pe[pos * d + i2] = Math.sin(angle);
+        pe[pos * d + i2 + 1] = Math.cos(angle);
+      }
+    }
+    return pe;
+  }
+
+  // Attention of queries q (nq x d) over keys/values (nk x d), h heads, weights kept
+  // in `probs` (h x nq x nk) when given; causal: query i sees keys 0..i only.
+  function attend(q, nq, k, v, nk, d, h, causal, probs) {
+    const dk = d / h, scale = Math.sqrt(dk), out = new Float32Array(nq * d);
+    const s = new Float64Array(nk);
+    for (let head = 0; head < h; head++) {
+      const off = head * dk;
+      for (let i = 0; i < nq; i++) {
+        const seen = causal ? i + 1 : nk;
+        let max = -Infinity;
+        for (let j = 0; j < seen; j++) {
+          let a = 0;
+          for (let c = 0; c < dk; c++) a += q[i * d + off + c] * k[j * d + off + c];
+          s[j] = f32(f32(a) / scale);
+          if (s[j] > max) max = s[j];
+        }
+        let sum = 0;
+        for (let j = 0; j < seen; j++) { s[j] = f32(Math.exp(s[j] - max)); sum += s[j]; }
+        sum = f32(sum);
+        for (let j = 0; j < seen; j++) {
+          const p = f32(s[j] / sum);
+          if (probs) probs[(head * nq + i) * nk + j] = p;
+          for (let c = 0; c < dk; c++) out[i * d + off + c] += p * v[j * d + off + c];
+        }
+      }
+    }
+    return out;
+  }
+
+  class Transformer {
+    constructor(config, W, shapes, useWasm) {
+      const m = config.model;
+      Object.assign(this, { N: m.N, d: m.d_model, h: m.h, dff: m.d_ff, maxLen: m.max_len, pre: m.norm === "pre" });
+      this.V = W["generator.proj.bias"].length;
+      this.pe = sinusoidalTable(this.maxLen, this.d);
+      this.eps = 1e-6;
+      const matrices = new Map(); // each 2-d tensor once (a tied one has three names)
+      for (const [name, data] of Object.entries(W)) {
+        if (shapes[name].length === 2 && !matrices.has(data)) {
+          matrices.set(data, { data, rows: shapes[name][0], cols: shapes[name][1] });
+        }
+      }
+      this.kernel = new Kernel([...matrices.values()], this.maxLen, useWasm);
+      this.W = {};
+      for (const [name, data] of Object.entries(W)) this.W[name] = matrices.has(data) && matrices.get(data).view || data;
+      this.emb = this.W["src_embed.0.lut.weight"]; this.tgtEmb = this.W["tgt_embed.0.lut.weight"];
+    }
+
+    embed(lut, ids, from) {
+      const d = this.d, x = new Float32Array(ids.length * d), sq = Math.sqrt(d);
+      ids.forEach((id, r) => {
+        for (let i = 0; i < d; i++) x[r * d + i] = f32(lut[id * d + i] * sq) + this.pe[(from + r) * d + i];
+      });
+      return x;
+    }
+
+    norm(x, n, name) {
+      return layerNorm(x, n, this.d, this.W[name + ".gamma"], this.W[name + ".beta"], this.eps);
+    }
+
+    proj(x, n, name, dout) {
+      return this.kernel.linear(x, n, x.length / n, this.W[name + ".weight"], this.W[name + ".bias"], dout);
+    }
+
+    // SublayerConnection: pre-norm x + f(LN(x)), post-norm LN(x + f(x)).
+    sublayer(x, n, name, f) {
+      if (this.pre) { const y = f(this.norm(x, n, name + ".norm")); addInPlace(x, y); return x; }
+      const y = f(x); addInPlace(x, y); return this.norm(x, n, name + ".norm");
+    }
+
+    feedForward(x, n, name) {
+      const hdn = this.proj(x, n, name + ".w_1", this.dff);
+      for (let i = 0; i < hdn.length; i++) if (hdn[i] < 0) hdn[i] = 0;
+      return this.proj(hdn, n, name + ".w_2", this.d);
+    }
+
+    mha(name, xq, nq, xkv, nk, causal, probs) {
+      const d = this.d;
+      const q = this.proj(xq, nq, name + ".w_q", d), k = this.proj(xkv, nk, name + ".w_k", d);
+      const v = this.proj(xkv, nk, name + ".w_v", d);
+      return this.proj(attend(q, nq, k, v, nk, d, this.h, causal, probs), nq, name + ".w_o", d);
+    }
+
+    // memory (S x d) of the source ids; maps.encoder[l] gets (h x S x S) weights.
+    encode(src, maps) {
+      const S = src.length;
+      let x = this.embed(this.emb, src, 0);
+      for (let l = 0; l < this.N; l++) {
+        const p = `encoder.layers.${l}`, probs = maps ? (maps.encoder[l] = new Float32Array(this.h * S * S)) : null;
+        x = this.sublayer(x, S, p + ".sublayer.0", (y) => this.mha(p + ".self_attn", y, S, y, S, false, probs));
+        x = this.sublayer(x, S, p + ".sublayer.1", (y) => this.feedForward(y, S, p + ".feed_forward"));
+      }
+      return this.pre ? this.norm(x, S, "encoder.norm") : x;
+    }
+
+    // A teacher-forced pass (attention_maps): weights of every layer and kind.
+    attentionMaps(src, tgt) {
+      const S = src.length, T = tgt.length, h = this.h;
+      const maps = { encoder: [], decoder: [], cross: [] };
+      const memory = this.encode(src, maps);
+      let x = this.embed(this.tgtEmb, tgt, 0);
+      for (let l = 0; l < this.N; l++) {
+        const p = `decoder.layers.${l}`;
+        const self = (maps.decoder[l] = new Float32Array(h * T * T));
+        const cross = (maps.cross[l] = new Float32Array(h * T * S));
+        x = this.sublayer(x, T, p + ".sublayer.0", (y) => this.mha(p + ".self_attn", y, T, y, T, true, self));
+        x = this.sublayer(x, T, p + ".sublayer.1", (y) => this.mha(p + ".src_attn", y, T, memory, S, false, cross));
+        x = this.sublayer(x, T, p + ".sublayer.2", (y) => this.feedForward(y, T, p + ".feed_forward"));
+      }
+      return maps;
+    }
+
+    // CachedDecoderStepper: `rows` hypotheses decoded one position at a time.
+    stepper(memory, S, rows) {
+      const d = this.d, model = this;
+      const memKV = [];
+      for (let l = 0; l < this.N; l++) {
+        const p = `decoder.layers.${l}.src_attn`;
+        memKV.push([this.proj(memory, S, p + ".w_k", d), this.proj(memory, S, p + ".w_v", d)]);
+      }
+      // cache[l][row]: keys and values of that row's earlier positions
+      let cache = memKV.map(() => Array.from({ length: rows }, () => ({ k: [], v: [] })));
+      return {
+        // the decoder's output (rows x d) for the newest token of each row
+        step(tokens, pos) {
+          const n = tokens.length, sq = Math.sqrt(d);
+          let x = new Float32Array(n * d);
+          for (let r = 0; r < n; r++) {
+            for (let i = 0; i < d; i++) x[r * d + i] = f32(model.tgtEmb[tokens[r] * d + i] * sq) + model.pe[pos * d + i];
+          }
+          for (let l = 0; l < model.N; l++) {
+            const p = `decoder.layers.${l}`;
+            x = model.sublayer(x, n, p + ".sublayer.0", (y) => {
+              const q = model.proj(y, n, p + ".self_attn.w_q", d), k = model.proj(y, n, p + ".self_attn.w_k", d);
+              const v = model.proj(y, n, p + ".self_attn.w_v", d), o = new Float32Array(n * d);
+              for (let r = 0; r < n; r++) {
+                const c = cache[l][r];
+                c.k.push(k.subarray(r * d, (r + 1) * d)); c.v.push(v.subarray(r * d, (r + 1) * d));
+                const t = c.k.length, K = new Float32Array(t * d), V = new Float32Array(t * d);
+                for (let j = 0; j < t; j++) { K.set(c.k[j], j * d); V.set(c.v[j], j * d); }
+                o.set(attend(q.subarray(r * d, (r + 1) * d), 1, K, V, t, d, model.h, false, null), r * d);
+              }
+              return model.proj(o, n, p + ".self_attn.w_o", d);
+            });
+            x = model.sublayer(x, n, p + ".sublayer.1", (y) => {
+              const q = model.proj(y, n, p + ".src_attn.w_q", d), o = new Float32Array(n * d);
+              for (let r = 0; r < n; r++) {
+                o.set(attend(q.subarray(r * d, (r + 1) * d), 1, memKV[l][0], memKV[l][1], S, d, model.h, false, null), r * d);
+              }
+              return model.proj(o, n, p + ".src_attn.w_o", d);
+            });
+            x = model.sublayer(x, n, p + ".sublayer.2", (y) => model.feedForward(y, n, p + ".feed_forward"));
+          }
+          return model.pre ? model.norm(x, n, "decoder.norm") : x;
+        },
+        // keep only `keep` (row indices), in that order
+        reorder(keep) {
+          cache = cache.map((layer) => keep.map((r) => ({ k: layer[r].k.slice(), v: layer[r].v.slice() })));
+        },
+      };
+    }
+
+    logits(x, n) {
+      return this.kernel.linear(x, n, this.d, this.W["generator.proj.weight"], this.W["generator.proj.bias"], this.V);
+    }
+
+    // greedy_decode for one sentence: the ids after <s>, up to </s> (excluded).
+    * greedy(src, limit) {
+      const memory = this.encode(src), st = this.stepper(memory, src.length, 1);
+      const out = [];
+      let last = BOS;
+      for (let t = 1; t < limit; t++) {
+        const z = this.logits(st.step([last], t - 1), 1);
+        let best = 0;
+        for (let i = 1; i < z.length; i++) if (z[i] > z[best]) best = i;
+        if (best === EOS) break;
+        out.push(best);
+        last = best;
+        if (t + 1 >= limit) break;
+        yield t;
+      }
+      return out;
+    }
+
+    // beam_search for one sentence (B = 1): k beams, length penalty alpha.
+    * beam(src, limit, k, alpha) {
+      const lp = (n) => ((5 + n) / 6) ** alpha;
+      const memory = this.encode(src), st = this.stepper(memory, src.length, k), V = this.V;
+      let ys = Array.from({ length: k }, () => [BOS]);
+      let score = new Float32Array(k).fill(-Infinity);
+      score[0] = 0;
+      const finished = [];
+      const topLp = f32(f32((5 + (limit - 1)) / 6) ** alpha);
+      for (let t = 1; t < limit; t++) {
+        const z = this.logits(st.step(ys.map((y) => y[y.length - 1]), t - 1), k);
+        // log_softmax per beam, then the best 2k of score + logp over all beams: the
+        // best 2k logits of each beam hold them (score and logsumexp are one number
+        // per beam), so only those k * 2k candidates are added up exactly
+        const size = Math.min(2 * k, k * V), cand = [];
+        for (let b = 0; b < k; b++) {
+          if (score[b] === -Infinity && V >= size) continue; // beams not yet started
+          let max = -Infinity, sum = 0;
+          const row = z.subarray(b * V, (b + 1) * V);
+          for (let i = 0; i < V; i++) if (row[i] > max) max = row[i];
+          for (let i = 0; i < V; i++) sum += Math.exp(row[i] - max);
+          const lse = max + Math.log(sum);
+          const best = []; // indices of the largest logits of this beam, largest first
+          for (let i = 0; i < V; i++) {
+            const v = row[i];
+            if (best.length === size && !(v > row[best[size - 1]])) continue;
+            let at = best.length;
+            while (at > 0 && v > row[best[at - 1]]) at--;
+            best.splice(at, 0, i);
+            if (best.length > size) best.pop();
+          }
+          for (const i of best) cand.push({ c: f32(score[b] + f32(row[i] - lse)), beam: b, token: i });
+        }
+        cand.sort((a, b) => b.c - a.c || a.beam - b.beam || a.token - b.token);
+        const top = cand.slice(0, size);
+        const ends = top.map((e) => e.token === EOS || limit <= t + 1);
+        for (let r = 0; r < Math.min(k, top.length); r++) {
+          if (ends[r] && top[r].c > -Infinity) finished.push([top[r].c / lp(t), [...ys[top[r].beam], top[r].token]]);
+        }
+        const order = top.map((_, j) => j).sort((a, b) => (a + (ends[a] ? top.length : 0)) - (b + (ends[b] ? top.length : 0)));
+        const keep = order.slice(0, k);
+        score = Float32Array.from(keep, (j) => top[j].c);
+        ys = keep.map((j) => [...ys[top[j].beam], top[j].token]);
+        st.reorder(keep.map((j) => top[j].beam));
+        const hope = f32(Math.max(...score) / topLp);
+        const best = finished.reduce((m, f) => Math.max(m, f[0]), -Infinity);
+        if (finished.length >= k || hope < best || t + 1 >= limit) break;
+        yield t;
+      }
+      let bestHyp = [BOS];
+      let bestScore = -Infinity;
+      for (const [s, ids] of finished) if (s > bestScore) { bestScore = s; bestHyp = ids; }
+      const out = bestHyp.slice(1);
+      const end = out.indexOf(EOS);
+      return end >= 0 ? out.slice(0, end) : out;
+    }
+  }
+
+  // ------------------------------------------------------------------ the pipeline
+  function runSync(gen) {
+    for (;;) { const r = gen.next(); if (r.done) return r.value; }
+  }
+
+  // Run a decoding generator, letting the page repaint every `sliceMs`.
+  async function runAsync(gen, sliceMs) {
+    let start = performance.now();
+    for (;;) {
+      const r = gen.next();
+      if (r.done) return r.value;
+      if (performance.now() - start > sliceMs) {
+        await new Promise((res) => { const c = new MessageChannel(); c.port1.onmessage = () => res(); c.port2.postMessage(0); });
+        start = performance.now();
+      }
+    }
+  }
+
+  class Translator {
+    constructor(data, blob, options) {
+      this.data = data;
+      this.manifest = data.manifest;
+      this.direction = data.direction;
+      const sp = data.sentencepiece;
+      this.bpe = new SentencePieceBPE(blob.subarray(sp.offset, sp.offset + sp.size), data.spacy.whitespace);
+      this.tokenizer = new SpacyTokenizer(data.spacy);
+      const shapes = {};
+      for (const e of data.tensors) shapes[e.name] = e.shape;
+      for (const [name, target] of Object.entries(data.aliases)) shapes[name] = shapes[target];
+      this.model = new Transformer(data.manifest.config, unpackWeights(data.tensors, data.aliases, blob), shapes,
+                                   options && options.wasm);
+      const det = data.detokenize;
+      this.detok = det.map(([src, repl]) => [new RegExp(src, "gu"), repl]);
+    }
+
+    // Part 3's detokenize
+    detokenize(tokens) {
+      let text = tokens.join(" ");
+      for (const [re, repl] of this.detok) text = text.replace(re, repl);
+      return text;
+    }
+
+    // The notebook's Translator before decoding: spaCy tokens, BPE ids, framed.
+    source(text) {
+      if (typeof text !== "string") throw new InputError("the input must be text");
+      const words = this.tokenizer.words(text);
+      if (!words.length) throw new InputError("Nothing to translate: type a sentence first.");
+      const joined = words.join(" ");
+      const pieces = this.bpe.encodePieces(joined), ids = pieces.map(([, id]) => id);
+      const limit = this.model.maxLen - 2;
+      if (ids.length > limit) {
+        throw new InputError(`The text is ${ids.length} subword pieces long; this model reads at most ` +
+                             `${limit} (its positional encoding covers ${this.model.maxLen} positions, ` +
+                             "<s> and </s> included). Split it into sentences.");
+      }
+      const unknown = pieces.filter(([, id]) => id === this.bpe.unkId).map(([p]) => p);
+      return { words, ids, src: [BOS, ...ids, EOS], unknown };
+    }
+
+    * decode(text, opts) {
+      const t0 = performance.now();
+      const s = this.source(text);
+      const limit = Math.min(this.model.maxLen, s.src.length + 50); // §6.1, per sentence
+      const beam = opts && opts.search === "beam";
+      const k = (opts && opts.beamSize) || 4, alpha = opts && opts.alpha !== undefined ? opts.alpha : this.manifest.alpha;
+      const out = yield* (beam ? this.model.beam(s.src, limit, k, alpha) : this.model.greedy(s.src, limit));
+      const tokens = this.bpe.decode(out);
+      return Object.assign(s, { out, tokens, text: this.detokenize(tokens), limit, beam, alpha: beam ? alpha : null,
+                                 hitLimit: out.length + 1 >= limit, ms: performance.now() - t0 });
+    }
+
+    translateSync(text, opts) { return runSync(this.decode(text, opts)); }
+    translate(text, opts) { return runAsync(this.decode(text, opts), (opts && opts.sliceMs) || 40); }
+
+    // attention_maps over the translation: decoder input <s> + output.
+    attention(result) {
+      const tgt = [BOS, ...result.out];
+      const maps = this.model.attentionMaps(result.src, tgt);
+      return { maps, src: result.src.map((i) => this.bpe.pieces[i]), tgt: tgt.map((i) => this.bpe.pieces[i]) };
+    }
+  }
+
+  // options.wasm = false: JavaScript loops only (the page's fallback, for tests)
+  async function load(data, options) {
+    if (!data || data.format !== 1) throw new Error("not a model file of tools.export_model (format 1)");
+    let blob = fromBase64(data.data);
+    if (data.encoding === "deflate") blob = await inflate(blob);
+    if (blob.length !== data.size) throw new Error(`model data: ${blob.length} bytes, expected ${data.size}`);
+    return new Translator(data, blob, options);
+  }
+
+  root.atkitTranslator = { load, InputError, SpacyTokenizer, SentencePieceBPE, Transformer, fromBase64, inflate };
+})(typeof globalThis !== "undefined" ? globalThis : this);

@@ -1,0 +1,183 @@
+"""atkit.report: Part 4's table and sentences, written from made-up numbers that hit
+the cases a real run may hit (a diverged run, a gain exactly the seed range, no average
+that helped, no seed spread)."""
+
+import copy
+
+import pytest
+
+from atkit import report
+
+
+def row(no, key, label, direction, bleu, ratio, vs=None, trained=False, **kw):
+    return dict(
+        no=no,
+        key=key,
+        label=label,
+        dir=direction,
+        warmup=400,
+        peak=2.2e-3,
+        vs=vs,
+        trained=trained,
+        bleu=bleu,
+        ratio=ratio,
+        unk=0,
+        seconds=3.0,
+        diverged=kw.get("diverged"),
+    )
+
+
+def choice(n_avg=3, alpha=1.5, greedy_ratio=0.97, beam0_ratio=0.93, capped=False):
+    return dict(
+        n_avg=n_avg,
+        avg_sweep=[
+            (
+                n,
+                [1600 - 80 * (n - 1 - i) for i in range(n)],
+                38.0 + n / 10,
+                greedy_ratio,
+            )
+            for n in range(1, 5)
+        ],
+        alpha=alpha,
+        alpha_sweep=[
+            (0.0, 38.1, beam0_ratio),
+            (0.6, 38.6, 0.95),
+            (1.5, 39.2, 0.98),
+            (2.5, 38.9, 1.01),
+        ],
+        capped=capped,
+        alpha_cap=6.0,
+    )
+
+
+@pytest.fixture
+def summary():
+    rows = [
+        row(1, "words", "words, tie='tgt', greedy", "de-en", 36.82, 1.028),
+        row(2, "bpe", "shared BPE + tie='all'", "de-en", 37.78, 0.966, 1, True),
+        row(3, "avg", "+ average of 3 snapshots", "de-en", 37.87, 0.985, 2),
+        row(4, "beam", "+ beam 4, alpha 1.5", "de-en", 39.00, 0.968, 3),
+        row(5, "post", "row 2 with post-norm", "de-en", 36.62, 0.962, 2, True),
+        row(6, "en-de", "BPE + tie='all', greedy", "en-de", 34.79, 0.995),
+        row(7, "en-de avg", "+ average of 2 snapshots", "en-de", 34.84, 0.992, 6),
+        row(8, "en-de beam", "+ beam 4, alpha 2.5", "en-de", 35.97, 0.990, 7),
+    ]
+    eq3 = dict(
+        n=3,
+        one=36.31,
+        avg=37.72,
+        val_one=36.93,
+        val_avg=37.90,
+        steps=[1440, 1520, 1600],
+        rates=[1.2e-3, 1.1e-3, 1.1e-3],
+        end_rate=1.1e-3,
+        peak=2.2e-3,
+    )
+    cool = dict(
+        n=3,
+        one=37.78,
+        avg=37.36,
+        val_one=37.75,
+        val_avg=38.08,
+        steps=[1440, 1520, 1600],
+        rates=[2.3e-4, 1.1e-4, 0.0],
+        end_rate=0.0,
+        peak=2.2e-3,
+    )
+    return dict(
+        rows=rows,
+        noise=0.96,
+        steps=1600,
+        preset="cpu",
+        sentences=1000,
+        choices={"de-en": choice(), "en-de": choice(n_avg=2, alpha=2.5)},
+        averaging={"shared": 1120, "eq. 3 alone": eq3, "eq. 3, cool-down": cool},
+    )
+
+
+def test_a_gain_equal_to_the_seed_range_is_within_noise_and_said_so(summary):
+    """+0.96 against a range of 0.96 is within noise, and the footnote says 'no
+    larger than', never 'less than'."""
+    lines = report.table(summary)
+    bpe = next(ln for ln in lines if ln.startswith("2 shared BPE"))
+    assert bpe.split()[-2] == "+0.96*", bpe
+    assert "no larger than the seed-to-seed range of 0.96" in lines[-1]
+    assert "less than" not in "\n".join(lines)
+    said = " ".join(report.what_the_table_says(summary))
+    assert "(+0.96, within seed noise)" in said
+
+
+def test_a_gain_above_the_range_is_not_marked(summary):
+    summary["rows"][1]["bleu"] = 37.79  # +0.97
+    bpe = next(ln for ln in report.table(summary) if ln.startswith("2 "))
+    assert bpe.split()[-2] == "+0.97"
+
+
+def test_decoding_rows_are_never_marked(summary):
+    summary["rows"][2]["bleu"] = 37.80  # +0.02 on the same trained run
+    avg = next(ln for ln in report.table(summary) if ln.startswith("3 "))
+    assert avg.split()[-2] == "+0.02"
+
+
+def test_no_spread_marks_nothing_and_says_so(summary):
+    summary["noise"] = None
+    lines = report.table(summary)
+    assert not any("*" in ln for ln in lines)
+    assert report.conclusion(summary, 36.82)[-1].startswith("How far another seed")
+
+
+def test_a_diverged_run_is_reported_in_its_row_and_the_rest_go_on(summary):
+    summary["rows"][4].update(
+        diverged="loss not finite at step 312", bleu=None, ratio=None
+    )
+    lines = report.table(summary)
+    post = next(ln for ln in lines if ln.startswith("5 "))
+    assert "diverged: loss not finite at step 312" in post
+    assert next(ln for ln in lines if ln.startswith("4 ")).split()[-2] == "+1.13"
+    said = report.what_the_table_says(summary)
+    assert any("row 5's run diverged" in s for s in said)
+    assert report.conclusion(summary, 36.82)[1].startswith("The best German")
+
+
+def test_no_average_that_helped_says_so(summary):
+    summary["choices"]["de-en"]["n_avg"] = 1
+    said = report.what_the_table_says(summary)
+    assert any("No average of snapshots beat the best snapshot" in s for s in said)
+
+
+def test_the_alpha_sentence_blames_beam_search_not_greedy(summary):
+    """Greedy output as long as the references, beam search without a penalty short:
+    the sentence must not say that the model's translations are short."""
+    sentence = report.alpha_sentence(summary, "de-en")
+    assert "0.970 times the references' length" in sentence
+    assert "without a length penalty 0.930" in sentence
+    assert "Beam search favours short hypotheses" in sentence
+    assert "translations are short" not in sentence
+    summary["choices"]["de-en"]["alpha_sweep"][0] = (0.0, 38.1, 1.02)  # not short
+    assert "favours short" not in report.alpha_sentence(summary, "de-en")
+
+
+def test_averaging_that_wins_on_test_and_loses_on_val_is_said(summary):
+    said = " ".join(report.averaging_says(summary))
+    assert "disagree between the splits" in said
+    assert "on test eq. 3 alone wins (37.72 against 37.36)" in said
+    assert "on val the cool-down wins (38.08 against 37.90)" in said
+    agree = copy.deepcopy(summary)
+    agree["averaging"]["eq. 3 alone"]["val_avg"] = 38.5
+    assert "disagree" not in " ".join(report.averaging_says(agree))
+
+
+def test_the_choices_and_spread_lines(summary):
+    lines = report.choices(summary["choices"])
+    chosen = [ln for ln in lines if ln.endswith("<- chosen")]
+    assert len(chosen) == 4  # n and alpha, both directions
+    assert report.spread({"why_not": "not measured"}, None) == [
+        "seed spread: not measured"
+    ]
+
+
+def test_bench_sentence():
+    figures = {"didactic": {"tokens_per_s": 2000.0}, "fast": {"tokens_per_s": 3720.0}}
+    assert "1.86 times as many" in report.bench(figures)
+    assert "only one path" in report.bench({"fast": {"tokens_per_s": 1.0}})

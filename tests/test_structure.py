@@ -1,0 +1,152 @@
+"""The shape of the project: the layers point one way, the notebook keeps its length
+budget, every deep dive is marked as one, and tracebacks point into the notebook."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jupytext
+
+import nbexport
+from tools import word_count
+
+ROOT = Path(__file__).resolve().parents[1]
+MD = ROOT / "annotated_transformer.md"
+
+
+def test_atkit_never_imports_the_notebook_or_a_tool():
+    """atkit is a library under the notebook: no module of it imports nbexport, the
+    generated module or a program of tools/."""
+    for path in sorted((ROOT / "atkit").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            for name in names:
+                assert not name.startswith(
+                    ("nbexport", "annotated_transformer_lib", "tools")
+                ), f"{path.name} imports {name}"
+
+
+def test_every_program_ends_through_run_main():
+    """Each tools/ program's `__main__` block calls tools.errors.run_main, directly or
+    through one function of its own that does, so any exception that reaches its
+    top ends in one `error:` line (issue 47)."""
+    for path in sorted((ROOT / "tools").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        blocks = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)
+        ]
+        for block in blocks:
+            calls = {
+                getattr(c.func, "id", getattr(c.func, "attr", ""))
+                for c in ast.walk(block)
+                if isinstance(c, ast.Call)
+            }
+            through = calls & {"run_main"} or {
+                name
+                for name in calls & set(defs)
+                if "run_main(" in ast.unparse(defs[name])
+            }
+            assert through, f"{path.name}: its __main__ block does not call run_main"
+
+
+def test_compiling_is_announced(lib, monkeypatch):
+    """torch.compile is silent for minutes on a CPU: maybe_compile says so first."""
+    monkeypatch.setattr(lib.runtime, "compile_works", lambda device: (True, ""))
+    monkeypatch.setattr(lib.torch, "compile", lambda model, **kw: model)
+    said = []
+    lib.maybe_compile(object(), enabled=True, device="cpu", log=said.append)
+    assert said and "first steps take a minute or more" in said[0]
+
+
+def test_the_notebook_keeps_its_length_budget():
+    counts = word_count.count(MD)
+    assert counts.main_words <= word_count.MAIN_BUDGET, counts
+    assert counts.total_words <= word_count.TOTAL_BUDGET, counts
+    assert counts.deep_words > 0, "no deep dive found: the convention changed?"
+
+
+def test_word_count_counts_deep_dives_apart(tmp_path):
+    md = tmp_path / "n.md"
+    md.write_text(
+        "---\njupyter:\n  jupytext:\n    split_at_heading: true\n---\n\n"
+        "## Part\n\none two three\n\n### Deep dive: X\n\n*four five*\n\nsix\n\n"
+        "### Main again\n\nseven\n"
+    )
+    c = word_count.count(md)
+    assert (c.main_words, c.deep_words) == (7, 6)
+
+
+def test_every_deep_dive_is_collapsed_and_says_what_it_shows():
+    """Each 'Deep dive:' heading opens its own cell, collapsed in JupyterLab, and its
+    next paragraph is a one-line summary in italics (the page's fold shows it)."""
+    nb = jupytext.read(MD)
+    dives = [
+        c
+        for c in nb.cells
+        if c.cell_type == "markdown" and c.source.startswith("### Deep dive:")
+    ]
+    assert len(dives) >= 8
+    for cell in dives:
+        title = cell.source.splitlines()[0]
+        assert cell.metadata.get("jp-MarkdownHeadingCollapsed") is True, title
+        paragraphs = cell.source.split("\n\n")
+        assert len(paragraphs) > 1, title
+        summary = paragraphs[1].strip()
+        assert summary.startswith("*") and summary.endswith("*"), title
+        assert not summary.startswith("**"), title
+
+
+def test_no_main_path_text_hides_inside_a_deep_dive():
+    """A deep dive runs to the next heading; the exercises' links belong to the main
+    path, so they come before a part's last deep dive, never inside it."""
+    text = MD.read_text()
+    for part in re.split(r"\n## ", text)[1:]:
+        dives = [m.start() for m in re.finditer(r"^### Deep dive:", part, re.M)]
+        links = [m.start() for m in re.finditer(r"^\*Exercises:\*", part, re.M)]
+        for link in links:
+            before = [d for d in dives if d < link]
+            if before:
+                after_dive = part[before[-1] : link]
+                assert re.search(r"^### (?!Deep dive:)", after_dive, re.M), (
+                    f"an exercises link sits inside a deep dive: {part[:40]!r}"
+                )
+
+
+def test_exported_blocks_name_their_section_and_keep_their_lines():
+    source = nbexport.module_source().splitlines()
+    md = MD.read_text().splitlines()
+    headers = [ln for ln in source if ln.startswith("# --- ")]
+    assert headers and all("annotated_transformer.md:" in h for h in headers)
+    assert any("Part 3" in h and "›" in h for h in headers)
+    for block in nbexport.library_blocks():
+        for i, line in enumerate(block.source.splitlines()):
+            if line:
+                assert source[block.line - 1 + i] == md[block.line - 1 + i]
+
+
+def test_a_traceback_points_into_the_notebook(tmp_path):
+    """An error inside the notebook's code names annotated_transformer.md and the
+    line there, in a process that loads it as the tools do."""
+    code = (
+        "import nbexport\n"
+        "lib = nbexport.load()\n"
+        "lib.last_snapshots({'steps': [1], 'best_step': 7}, 1)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT
+    )
+    assert r.returncode != 0
+    match = re.search(r'File ".*annotated_transformer\.md", line (\d+), in ', r.stderr)
+    assert match, r.stderr[-2000:]
+    line = MD.read_text().splitlines()[int(match.group(1)) - 1]
+    assert "best_step" in line, line

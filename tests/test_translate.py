@@ -1,0 +1,598 @@
+"""The model in the reader's hands: the exported file (atkit/export.py), the page that
+translates with it (docs/translate.html, atkit/translator.js) and the notebook's loader.
+
+A small model of the `ci` preset (shared BPE, tie='all') is trained once, exported with
+tools/export_model.py into a temporary folder, and its page is opened in headless
+Chromium from file:// and over http. The page must tokenize exactly as spaCy and
+sentencepiece do, translate exactly as the notebook's PyTorch code does on the same
+exported weights (greedy; beam search checked too), make no request beyond its own two
+files, and answer bad input with a message. The committed files in docs/ (the `cpu`
+preset's model) get the same checks where they are committed. Times per sentence are
+printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import random
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from atkit import export
+from conftest import quiet
+from tools import export_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SPLIT = "test_2016_flickr"
+N_GREEDY = 100  # test sentences translated in the page and by PyTorch
+N_BEAM = 20
+
+# Text that exercises spaCy's rules: special cases, prefixes and suffixes, infixes,
+# URLs, whitespace of every kind, characters outside the BPE vocabulary.
+EDGE_TEXTS = [
+    "Ein Mann, der Fußball spielt – im Regen!",
+    "z.B. (z.B. Dr. Müller) 3,5km 10km/h usw. d.h. Nr. 5 Mo.-Fr.",
+    "E-Mail: info@example.com http://www.example.com/a?b=1 www.uni-bonn.de",
+    "auf'm Tisch; du's ... Hallo!!! (Hallo) 'Hallo' Hallo... ...",
+    "  viele   Leerzeichen\tund\nZeilen  \r\n",
+    "Ein 😀 Hund 😀😀 <b>fett</b> &amp; <script>x</script>",
+    "\u00a0NBSP\u00a0hier\u2009und\u3000dort\ufeffBOM",
+    '„Zitat“ und «Guillemets» – ‚einfach‘ "gerade"',
+    "US$ 5 € 10 20% 3.5 1990er-Jahre A/B-Test 5°C 10:30 Uhr",
+    "Straßenmusiker spielen Gitarre.",
+    "",
+    "   ",
+    "x▁y ▁▁",
+    "ÄÖÜäöüß ǅ ﬁ Ωmega 東京 Привет",
+]
+
+
+def fuzz_texts(n: int, seed: int = 0) -> list[str]:
+    """Random strings from characters that spaCy's German rules treat specially."""
+    alphabet = (
+        list("aeinrstAMHDzBkmhäöüßÄ0123456789")
+        + list(".,;:!?'\"()[]-–—/&%$€°…«»„“‚‘’`´+*#@_~=<>|")
+        + [" ", " ", " ", "\t", "\n", "\u00a0", "😀", "▁", "ﬁ"]
+    )
+    words = [
+        "z.B.",
+        "Dr.",
+        "usw.",
+        "auf'm",
+        "http://x.de",
+        "km",
+        "US$",
+        "...",
+        "E-Mail",
+    ]
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = [
+            rng.choice(words) if rng.random() < 0.15 else rng.choice(alphabet)
+            for _ in range(rng.randint(1, 30))
+        ]
+        out.append("".join(parts))
+    return out
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def run_dir(lib, tmp_path_factory):
+    """A trained ci-preset model of the full recipe (a few dozen seconds)."""
+    cfg = lib.run_config("ci", vocab="bpe", tie="all")
+    data = lib.prepare_data(cfg)
+    folder = tmp_path_factory.mktemp("translate-run")
+    lib.train(cfg, data, folder / "run", "cpu", log=quiet)
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def exported(lib, run_dir, tmp_path_factory):
+    """The run exported as the cpu preset's is (two snapshots averaged), its page
+    rendered beside it; BLEU on 12 test sentences only."""
+    out = tmp_path_factory.mktemp("translate-out")
+    path = export_model.export_run(
+        lib, run_dir, 2, 1.0, out, "ci", n_eval=12, log=quiet
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(lib, exported):
+    """The notebook's PyTorch code on the exported weights: tokens, ids, outputs."""
+    model, cfg, vocab, manifest = lib.load_exported(exported)
+    root = str(lib.corpus.data_root())
+    de, _ = lib.corpus.read_split(SPLIT, root)
+    texts = de[:N_GREEDY] + EDGE_TEXTS + fuzz_texts(300)
+    words = lib.tokenize_all("de", texts)
+    sources = [lib.frame(vocab.encode(w)) for w in words[:N_GREEDY]]
+    greedy = lib.translate_ids(model, sources)
+    beam = {  # the run's alpha, and a large one that changes most outputs
+        alpha: lib.translate_ids(model, sources[:N_BEAM], search=lib.beam(4, alpha))
+        for alpha in (manifest["alpha"], 3.0)
+    }
+    return {
+        "texts": texts,
+        "words": words,
+        "ids": [vocab.encode(w) for w in words],
+        "pieces": [vocab.pieces(w) for w in words],
+        "greedy": greedy,
+        "beam": beam,
+        "text": [lib.detokenize(vocab.decode(o)) for o in greedy],
+        "model": model,
+        "vocab": vocab,
+        "manifest": manifest,
+    }
+
+
+@pytest.fixture(scope="module")
+def server(exported):
+    """The exported folder served over http on 127.0.0.1 (a free port)."""
+    handler = functools.partial(QuietHandler, directory=str(exported.parent.parent))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class Opened:
+    """A page of translate.html, its requests and script errors recorded; requests
+    to anything but `allowed` (its own origin) are aborted."""
+
+    def __init__(self, browser, url: str, allowed: str, width: int = 1280):
+        self.page = browser.new_page(viewport={"width": width, "height": 900})
+        self.requests, self.errors = [], []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on(
+            "console",
+            lambda m: m.type == "error" and self.errors.append(m.text),
+        )
+        self.page.route(
+            "**/*",
+            lambda route: (
+                route.continue_()
+                if route.request.url.startswith(allowed)
+                else route.abort()
+            ),
+        )
+        self.page.goto(url)
+        self.page.wait_for_function(
+            "document.body.dataset.state !== 'loading'", timeout=120_000
+        )
+
+    def evaluate(self, script: str, arg=None):
+        return self.page.evaluate(script, arg)
+
+    def submit(self, text: str, search: str = "greedy") -> dict:
+        """Type `text`, translate, and return what the reader sees."""
+        p = self.page
+        p.fill("#tr-input", text)
+        p.check(f'input[name="search"][value="{search}"]')
+        p.evaluate("document.body.dataset.state = 'submitted'")
+        p.click("#tr-go")
+        p.wait_for_function(
+            "['done', 'error'].includes(document.body.dataset.state)", timeout=60_000
+        )
+        return p.evaluate(
+            """() => ({
+              state: document.body.dataset.state,
+              status: document.getElementById('tr-status').textContent,
+              translation: document.getElementById('tr-translation').textContent,
+              notes: document.getElementById('tr-notes').textContent,
+              elements: document.getElementById('tr-translation').children.length,
+            })"""
+        )
+
+    def close(self):
+        self.page.close()
+
+
+@pytest.fixture(scope="module")
+def opened(browser, exported):
+    """The exported page opened from file://."""
+    page_path = exported.parent.parent / "translate.html"
+    o = Opened(browser, page_path.as_uri(), page_path.parent.as_uri())
+    yield o
+    o.close()
+
+
+IN_PAGE_TOKENIZE = """async (texts) => {
+  const tr = await atkitPage.translator("de-en");
+  return texts.map((t) => {
+    const words = tr.tokenizer.words(t), joined = words.join(" ");
+    return [words, tr.bpe.encode(joined), tr.bpe.encodePieces(joined).map((p) => p[0])];
+  });
+}"""
+
+IN_PAGE_TRANSLATE = """async ([texts, search, alpha]) => {
+  const tr = await atkitPage.translator("de-en");
+  return texts.map((t) => {
+    const r = tr.translateSync(t, alpha === undefined ? { search } : { search, alpha });
+    return [r.out, r.text];
+  });
+}"""
+
+IN_PAGE_TIME = """async ([text, runs]) => {
+  const tr = await atkitPage.translator("de-en");
+  const out = {};
+  for (const search of ["greedy", "beam"]) {
+    tr.translateSync(text, { search });  // compiled and warm
+    const t0 = performance.now();
+    for (let i = 0; i < runs; i++) tr.translateSync(text, { search });
+    out[search] = (performance.now() - t0) / runs / 1000;
+  }
+  out.words = tr.tokenizer.words(text).length;
+  out.wasm = tr.model.kernel.wasm;
+  return out;
+}"""
+
+
+def twenty_words(texts: list[str]) -> str:
+    return next(t for t in texts if len(t.split()) == 20)
+
+
+# ------------------------------------------------------------------ the file format
+
+
+def test_js_regex_keeps_python_meaning():
+    assert export.js_regex(r"^\'|^\!|^\#") == "^'|^!|^#"
+    assert export.js_regex(r"[\U0001F600-\U0001F64F]") == r"[\u{1f600}-\u{1f64f}]"
+    assert export.js_regex(r"(?u)^[\w\-\.]{2,}\d") == r"^[\p{L}\p{N}_\-\.]{2,}[\p{Nd}]"
+    assert export.js_regex(r"a\-b") == "a-b", "\\- outside a class: a plain -"
+    s = export.js_regex(r"\S+")
+    assert s.startswith("[^") and "\\u{a0}" in s and "\\u{1c}" in s, "Python's spaces"
+    for unsupported in (r"\bword", r"(?i)x", r"(?P<n>x)", r"\A"):
+        with pytest.raises(ValueError, match="not supported"):
+            export.js_regex(unsupported)
+
+
+def test_pack_keeps_tied_matrices_once_and_rows_within_half_a_step():
+    torch.manual_seed(0)
+    emb = torch.randn(50, 16)
+    state = {
+        "a.weight": emb,
+        "b.weight": emb,
+        "c.bias": torch.randn(16),
+        "d.weight": torch.zeros(3, 16),
+    }
+    entries, aliases, blob = export.pack_state(state, "int8")
+    assert [e["name"] for e in entries] == ["a.weight", "c.bias", "d.weight"]
+    assert aliases == {"b.weight": "a.weight"}
+    back = export.unpack_state(entries, aliases, bytes(blob))
+    assert back["a.weight"] is back["b.weight"], "a tied matrix stays one tensor"
+    step = emb.abs().amax(dim=1, keepdim=True) / 127
+    assert ((back["a.weight"] - emb).abs() <= step / 2 + 1e-7).all()
+    assert torch.equal(back["c.bias"], state["c.bias"]), "vectors are kept as float32"
+    assert torch.equal(back["d.weight"], state["d.weight"]), "a zero row stays zero"
+    half = export.unpack_state(
+        *export.pack_state(state, "float16")[:2],
+        bytes(export.pack_state(state, "float16")[2]),
+    )
+    assert torch.equal(half["a.weight"], emb.half().float())
+    with pytest.raises(ValueError, match="quant"):
+        export.pack_state(state, "int4")
+
+
+def test_model_file_round_trip_and_damage(tmp_path):
+    state = {"w.weight": torch.randn(8, 8), "w.bias": torch.randn(8)}
+    text = export.model_js("de-en", {"x": 1}, state, b"proto", {"r": 2}, [["a", "b"]])
+    path = tmp_path / "de-en.js"
+    assert export.write_if_changed(path, text)
+    assert not export.write_if_changed(path, text), "the same content: not rewritten"
+    ex = export.read_model(path)
+    assert ex.manifest == {"x": 1} and ex.spm_proto == b"proto"
+    assert ex.spacy == {"r": 2} and ex.detokenize == [["a", "b"]]
+    assert set(ex.state_dict) == set(state)
+    path.write_text(text.replace('"data":"', '"data":"AAAA'))
+    with pytest.raises(export.ExportError, match="damaged.*export it again"):
+        export.read_model(path)
+    path.write_text("var x = 1;\n")
+    with pytest.raises(export.ExportError, match="not a model file"):
+        export.read_model(path)
+    with pytest.raises(export.ExportError, match="no such exported model"):
+        export.read_model(tmp_path / "missing.js")
+
+
+def test_export_is_deterministic_and_refuses_docs_for_other_presets(
+    lib, run_dir, exported, tmp_path
+):
+    again = export_model.export_run(
+        lib, run_dir, 2, 1.0, tmp_path, "ci", n_eval=12, log=quiet
+    )
+    assert again.read_bytes() == exported.read_bytes(), "same model, same bytes"
+    page = (tmp_path / "translate.html").read_bytes()
+    assert page == (exported.parent.parent / "translate.html").read_bytes()
+    assert export_model.write_page(tmp_path / "empty") is None, "no model, no page"
+    before = {p: p.stat().st_mtime_ns for p in DOCS.rglob("*") if p.is_file()}
+    with pytest.raises(export_model.UsageError, match="only the cpu preset"):
+        export_model.export_run(lib, run_dir, 2, 1.0, DOCS, "ci", log=quiet)
+    after = {p: p.stat().st_mtime_ns for p in DOCS.rglob("*") if p.is_file()}
+    assert before == after, "a refused export leaves docs/ untouched"
+
+
+def test_manifest_and_the_notebook_loader(lib, run_dir, exported, reference):
+    man = reference["manifest"]
+    assert man["n_avg"] == 2 and len(man["averaged_steps"]) == 2
+    assert man["preset"] == "ci" and man["alpha"] == 1.0 and man["quant"] == "int8"
+    bleu = man["bleu"]
+    for search in ("greedy", "beam"):
+        assert (
+            abs(bleu["pytorch"][search]["bleu"] - bleu["exported"][search]["bleu"]) < 3
+        )
+    # the loader gives the exported weights: close to the averaged model's
+    history = torch.load(run_dir / "last.pt", weights_only=True)["history"]
+    averaged = lib.averaged_model(run_dir, history, "cpu", 2)
+    for name, p in averaged.state_dict().items():
+        q = reference["model"].state_dict()[name]
+        step = p.abs().amax(dim=-1, keepdim=True) / 127 if p.dim() == 2 else 0
+        assert ((p - q).abs() <= step / 2 + 1e-6).all(), name
+
+
+# ------------------------------------------------------------------ the page
+
+
+def test_page_tokenizes_as_spacy_and_sentencepiece(opened, reference):
+    got = opened.evaluate(IN_PAGE_TOKENIZE, reference["texts"])
+    wrong_words = [
+        (t, g[0], w)
+        for t, g, w in zip(reference["texts"], got, reference["words"], strict=True)
+        if g[0] != w
+    ]
+    assert not wrong_words, f"spaCy's tokens differ: {wrong_words[:3]}"
+    wrong_ids = [
+        (t, g[1], i)
+        for t, g, i in zip(reference["texts"], got, reference["ids"], strict=True)
+        if g[1] != i
+    ]
+    assert not wrong_ids, f"sentencepiece's ids differ: {wrong_ids[:3]}"
+    wrong_pieces = [
+        (g[2], p) for g, p in zip(got, reference["pieces"], strict=True) if g[2] != p
+    ]
+    assert not wrong_pieces, f"sentencepiece's pieces differ: {wrong_pieces[:3]}"
+    assert any(3 in i for i in reference["ids"]), "the texts include unknown pieces"
+
+
+def test_page_translates_as_the_notebook(opened, reference, capsys):
+    texts = reference["texts"][:N_GREEDY]
+    got = opened.evaluate(IN_PAGE_TRANSLATE, [texts, "greedy"])
+    same = sum(g[0] == r for g, r in zip(got, reference["greedy"], strict=True))
+    same_text = sum(g[1] == r for g, r in zip(got, reference["text"], strict=True))
+    same_beam = {}
+    for alpha, want in reference["beam"].items():
+        beam = opened.evaluate(IN_PAGE_TRANSLATE, [texts[:N_BEAM], "beam", alpha])
+        same_beam[alpha] = sum(g[0] == r for g, r in zip(beam, want, strict=True))
+    with capsys.disabled():
+        print(
+            f"\nci model, {SPLIT}: greedy outputs equal to PyTorch's for {same} of "
+            f"{len(texts)} (text {same_text}); beam 4, of {N_BEAM}: {same_beam}"
+        )
+    assert same >= 99, f"greedy: only {same} of {len(texts)} equal PyTorch's"
+    assert same_text >= 99
+    for alpha, n in same_beam.items():
+        assert n >= N_BEAM - 1, f"beam, alpha {alpha}: {n} of {N_BEAM} equal PyTorch's"
+
+
+def test_page_attention_is_the_notebooks(lib, opened, reference):
+    """The weights the page's view shows are attention_maps' of the same pass."""
+    text = reference["texts"][3]
+    got = opened.evaluate(
+        """async (text) => {
+          const tr = await atkitPage.translator("de-en");
+          const r = tr.translateSync(text), a = tr.attention(r);
+          const list = (kind) => a.maps[kind].map((layer) => Array.from(layer));
+          return {src: r.src, out: r.out, encoder: list("encoder"),
+                  decoder: list("decoder"), cross: list("cross")};
+        }""",
+        text,
+    )
+    maps = lib.attention_maps(reference["model"], got["src"], [lib.BOS, *got["out"]])
+    for kind in ("encoder", "decoder", "cross"):
+        page = torch.tensor(got[kind]).reshape(maps[kind].shape)
+        diff = (page - maps[kind]).abs().max().item()
+        assert diff < 1e-4, f"{kind}: the page's weights differ by {diff:.2e}"
+
+
+def test_javascript_fallback_agrees_with_webassembly(opened, reference):
+    texts = reference["texts"][:10]
+    got = opened.evaluate(
+        """async (texts) => {
+          const data = globalThis.atkitModels["de-en"];
+          const js = await atkitTranslator.load(data, { wasm: false });
+          const wasm = await atkitPage.translator("de-en");
+          return [js.model.kernel.wasm, wasm.model.kernel.wasm,
+                  texts.map((t) => js.translateSync(t).out)];
+        }""",
+        texts,
+    )
+    assert got[0] is False and got[1] is True, "the two paths were not both run"
+    same = sum(g == r for g, r in zip(got[2], reference["greedy"][:10], strict=True))
+    assert same >= 9
+
+
+def test_page_answers_bad_input_with_a_message(opened):
+    empty = opened.submit("   ")
+    assert empty["state"] == "error" and "Nothing to translate" in empty["status"]
+    start = time.perf_counter()
+    long = opened.submit("Hund " * 400)  # 2,000 characters
+    assert long["state"] == "error" and "Split it into sentences" in long["status"]
+    huge = opened.submit("x" * 10_000)
+    assert huge["state"] == "error" and "10,000 characters" in huge["status"]
+    assert time.perf_counter() - start < 30, "a long text must not hang the page"
+    emoji = opened.submit("Ein 😀 Hund spielt.")
+    assert emoji["state"] == "done" and "<unk>" in emoji["notes"]
+    assert "😀" in emoji["notes"]
+    markup = opened.submit("<b>Ein Hund</b> <img src=x onerror=alert(1)>")
+    assert markup["state"] == "done" and "HTML is read as plain text" in markup["notes"]
+    assert markup["elements"] == 0, "the output is text, never markup"
+    ok = opened.submit("Zwei Hunde spielen im Schnee.", "beam")
+    assert ok["state"] == "done" and ok["translation"] and not ok["notes"]
+    assert not opened.errors, f"script errors: {opened.errors}"
+    view = opened.evaluate(
+        """() => { const r = document.querySelector('#tr-view .atv');
+          return r && [r.dataset.ready, r.dataset.kind, r.dataset.layer]; }"""
+    )
+    assert view == ["1", "cross", "1"], "the view opens on decoder-source attention"
+
+
+def test_page_loads_nothing_but_its_files(opened, exported, browser, server):
+    local = {u for u in opened.requests if u.startswith("file://")}
+    assert local == {
+        (exported.parent.parent / "translate.html").as_uri(),
+        exported.as_uri(),
+    }, f"requests: {sorted(opened.requests)}"
+    over_http = Opened(browser, f"{server}/translate.html", server)
+    try:
+        r = over_http.submit("Ein Mann fährt Fahrrad.")
+        assert r["state"] == "done" and r["translation"]
+        assert sorted(over_http.requests) == [
+            f"{server}/translate.html",
+            f"{server}/translate/de-en.js",
+        ], f"requests: {over_http.requests}"
+        assert not over_http.errors
+    finally:
+        over_http.close()
+
+
+def test_page_fits_a_phone(browser, exported):
+    """At 390 px the page, its translation and the attention view fit the width."""
+    page_path = exported.parent.parent / "translate.html"
+    o = Opened(browser, page_path.as_uri(), page_path.parent.as_uri(), width=390)
+    try:
+        r = o.submit("Eine Frau mit einem roten Hut liest ein Buch auf einer Bank.")
+        assert r["state"] == "done"
+        o.page.wait_for_function("document.body.dataset.view === 'ready'")
+        wide = o.evaluate(
+            "() => [document.documentElement.scrollWidth, "
+            "document.documentElement.clientWidth]"
+        )
+        assert wide[0] <= wide[1], f"the page is {wide[0]} px wide at {wide[1]} px"
+    finally:
+        o.close()
+
+
+def test_time_per_sentence(opened, reference, capsys):
+    text = twenty_words(reference["texts"][:N_GREEDY] + [" ".join(["Hund"] * 20)])
+    t = opened.evaluate(IN_PAGE_TIME, [text, 3])
+    with capsys.disabled():
+        print(
+            f"\nci model in Chromium: {t['words']} words, greedy {t['greedy']:.3f} s,"
+            f" beam 4 {t['beam']:.3f} s (WebAssembly: {t['wasm']})"
+        )
+
+
+# ------------------------------------------------------------------ the committed model
+
+COMMITTED = sorted((DOCS / "translate").glob("*-*.js"))
+needs_committed = pytest.mark.skipif(
+    not COMMITTED, reason="no model committed in docs/translate/ yet"
+)
+
+
+@needs_committed
+def test_committed_files_fit_and_the_page_is_current():
+    total = sum(p.stat().st_size for p in COMMITTED)
+    assert total <= export_model.BUDGET, f"docs/translate/: {total:,} bytes"
+    page = DOCS / "translate.html"
+    assert page.read_text(encoding="utf-8") == export_model.page_html(DOCS), (
+        "docs/translate.html is stale: python -m tools.export_model --page-only"
+    )
+    for path in COMMITTED:
+        man = export.read_model(path).manifest
+        assert man["preset"] == "cpu"
+        bleu = man["bleu"]
+        for search in ("greedy", "beam"):
+            diff = bleu["exported"][search]["bleu"] - bleu["pytorch"][search]["bleu"]
+            assert abs(diff) <= 0.3, f"{path.name}, {search}: {diff:+.2f} BLEU"
+
+
+@needs_committed
+def test_readme_states_the_committed_sizes():
+    """The README's table of the committed files gives each size in MB, as on disk."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    for path in [*COMMITTED, DOCS / "translate.html"]:
+        name = path.relative_to(DOCS.parent).as_posix()
+        m = re.search(rf"\| `{re.escape(name)}` \| ([\d.]+) MB", readme)
+        assert m, f"README.md: no size for {name} in the table of committed files"
+        size = path.stat().st_size / 1e6
+        assert float(m[1]) == round(size, 1), f"{name} is {size:.2f} MB, not {m[1]}"
+
+
+@needs_committed
+def test_committed_page_translates_as_the_notebook(lib, browser, capsys):
+    path = DOCS / "translate" / "de-en.js"
+    model, cfg, vocab, manifest = lib.load_exported(path)
+    de, _ = lib.corpus.read_split(SPLIT, str(lib.corpus.data_root()))
+    texts = de[:N_GREEDY]
+    words = lib.tokenize_all("de", texts)
+    greedy = lib.translate_ids(model, [lib.frame(vocab.encode(w)) for w in words])
+    o = Opened(browser, (DOCS / "translate.html").as_uri(), DOCS.as_uri())
+    try:
+        got = o.evaluate(IN_PAGE_TOKENIZE, texts)
+        assert [g[1] for g in got] == [vocab.encode(w) for w in words]
+        out = o.evaluate(IN_PAGE_TRANSLATE, [texts, "greedy"])
+        same = sum(g[0] == r for g, r in zip(out, greedy, strict=True))
+        t = o.evaluate(IN_PAGE_TIME, [twenty_words(de), 3])
+        local = {u for u in o.requests if not u.startswith("file://")}
+        assert not local and not o.errors
+    finally:
+        o.close()
+    with capsys.disabled():
+        print(
+            f"\ncommitted {path.name} ({path.stat().st_size:,} bytes): greedy equal "
+            f"to PyTorch's for {same} of {len(texts)}; {t['words']} words: greedy "
+            f"{t['greedy']:.3f} s, beam 4 {t['beam']:.3f} s in Chromium"
+        )
+    assert same >= 99, f"only {same} of {len(texts)} greedy outputs equal PyTorch's"
+    print(json.dumps(manifest["bleu"]))
+
+
+# ------------------------------------------------------------ the notebook's switch
+
+
+def test_pretrained_switch_in_ipython():
+    """runtime.use_pretrained in a Jupyter kernel: on, a cell whose first line is
+    `# needs training` prints one line instead of running; off, it runs."""
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    def run(flag: bool) -> list[str]:
+        nb = new_notebook(
+            cells=[
+                new_code_cell(
+                    f"from atkit import runtime\nruntime.use_pretrained({flag})"
+                ),
+                new_code_cell("# needs training\nprint('trained')"),
+                new_code_cell("print('always')"),
+                new_code_cell("runtime.use_pretrained(False)"),
+                new_code_cell("# needs training\nprint('trained again')"),
+            ]
+        )
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute(cwd=str(ROOT))
+        return [
+            "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+            for c in nb.cells
+        ]
+
+    on = run(True)
+    assert on[1].startswith("skipped: PRETRAINED is on (AT_PRETRAINED=1)"), on
+    assert on[2] == "always\n" and on[4] == "trained again\n", on
+    off = run(False)
+    assert off[1] == "trained\n" and off[2] == "always\n", off
