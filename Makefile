@@ -22,7 +22,7 @@ ifneq ($(PRESET),)
 export AT_PRESET := $(PRESET)
 endif
 
-.PHONY: help setup run execute exercises readme page test pytest lint format sync export train seeds bench precision freeze clean
+.PHONY: help setup run execute exercises readme page test test-fast pytest lint format sync export train seeds bench precision freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
@@ -31,6 +31,7 @@ help:
 	@echo "make page   - render docs/index.html and docs/$(EX).html from the notebooks (nbconvert + KaTeX, --strict),"
 	@echo "             and docs/translate.html for the model in docs/translate/ (python -m tools.export_model --page-only)"
 	@echo "make test   - pytest (the notebook executed once as on Colab, ci preset) + nbval on $(EX).ipynb + ruff"
+	@echo "make test-fast - the tests that need no training, process, browser or notebook (< 1 min)"
 	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
 	@echo "make train PRESET=cpu   - train Part 3's model outside Jupyter (results/<preset>-multi30k.json)"
@@ -98,6 +99,14 @@ pytest: setup export
 	AT_PRESET=ci $(PY) -m pytest tests $(EX).ipynb --nbval-lax --nbval-current-env -p no:cacheprovider $(PYTEST_ARGS)
 
 test: lint pytest
+
+# The inner loop: the tests that need no training, no other process, no browser and
+# no executed notebook (pytest.ini's markers), in under a minute; the slowest five
+# are named, so that a slow test that lost its marker shows.
+FAST := not (training or process or browser or notebook)
+test-fast: setup export
+	AT_PRESET=ci $(PY) -m pytest tests -m "$(FAST)" -q -p no:cacheprovider \
+		--durations=5 $(PYTEST_ARGS)
 
 train: export
 	$(PY) -m tools.train $(if $(PRESET),--preset $(PRESET),) $(TRAIN_ARGS)

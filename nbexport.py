@@ -25,6 +25,8 @@ its folder on PYTHONPATH; it is rewritten from the notebook, never edited by han
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import importlib.util
 import re
 import sys
@@ -53,7 +55,14 @@ class Block:
 
 def library_blocks(path: Path = NOTEBOOK) -> list[Block]:
     """The code cells that are not tagged ``demo``, in notebook order, each with
-    its place in the .md file. Magic lines (%, !) become blank lines."""
+    its place in the .md file. Magic lines (%, !) become blank lines. Read once per
+    process for each version of the file."""
+    stat = Path(path).stat()
+    return list(_library_blocks(Path(path), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _library_blocks(path: Path, mtime_ns: int, size: int) -> tuple[Block, ...]:
     import jupytext
 
     cells = [c for c in jupytext.read(str(path)).cells if c.cell_type == "code"]
@@ -85,7 +94,7 @@ def library_blocks(path: Path = NOTEBOOK) -> list[Block]:
             for ln in cell.source.splitlines()
         ]
         blocks.append(Block("\n".join(code), start, section))
-    return blocks
+    return tuple(blocks)
 
 
 def library_cells(path: Path = NOTEBOOK) -> list[str]:
@@ -95,7 +104,11 @@ def library_cells(path: Path = NOTEBOOK) -> list[str]:
 
 def module_source(path: Path = NOTEBOOK) -> str:
     """The module's text: each library line on its .md line number."""
-    out = [f"# Generated from {path.name} by nbexport.py; edit the notebook instead."]
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    out = [
+        f"# Generated from {path.name} (sha256 {digest}) by nbexport.py; edit the "
+        "notebook instead."
+    ]
     for block in library_blocks(path):
         header = f"# --- {block.section} ({path.name}:{block.line}) ---"
         out += [""] * (block.line - 2 - len(out))  # blank up to the fence's line
@@ -106,7 +119,14 @@ def module_source(path: Path = NOTEBOOK) -> str:
 
 def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
     """Write the module if it is missing or stale; returns its path. Several
-    processes may do this at once: each writes the same text through a rename."""
+    processes may do this at once: each writes the same text through a rename. A
+    module whose first line names the notebook's current digest is current: the
+    notebook is not parsed again (a worker process starts faster)."""
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if out.exists():
+        with open(out, encoding="utf-8") as f:
+            if f"(sha256 {digest})" in f.readline():
+                return out
     source = module_source(path)
     if not out.exists() or out.read_text(encoding="utf-8") != source:
         from atkit.files import write_text_atomic
@@ -134,6 +154,37 @@ def load(path: Path = NOTEBOOK) -> types.ModuleType:
         del sys.modules[MODULE_NAME]
         raise
     return module
+
+
+def registry_names(name: str, path: Path = NOTEBOOK) -> tuple[str, ...]:
+    """The names a registry of the notebook holds, read from its library cells
+    without running them (so neither torch nor the notebook loads): the string keys
+    of `NAME = {...}` and of every later `NAME["key"] = ...`, or the strings of
+    `NAME = (...)`, in the order the notebook adds them. A command line's --help
+    and the tests' collection read choices this way; `load()` gives the objects."""
+    import ast
+
+    names: list[str] = []
+    for block in library_blocks(path):
+        for node in ast.parse(block.source).body:
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            target, value = node.targets[0], node.value
+            if isinstance(target, ast.Name) and target.id == name:
+                items = value.keys if isinstance(value, ast.Dict) else []
+                if isinstance(value, (ast.Tuple, ast.List)):
+                    items = value.elts
+                names = [ast.literal_eval(k) for k in items]
+            elif (
+                isinstance(target, ast.Subscript)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == name
+            ):
+                key = ast.literal_eval(target.slice)
+                names += [] if key in names else [key]
+    if not names:
+        raise LookupError(f"{path.name} defines no registry {name} with names")
+    return tuple(names)
 
 
 def main() -> int:

@@ -1,8 +1,10 @@
 """Where the notebook runs: the preset, the device, the CPU threads, the precision that
 "auto" picks on this hardware, where checkpoints go, and whether progress bars show.
 
-Importing this module sets OMP_WAIT_POLICY=PASSIVE (unless it is set already) before it
-imports torch: OpenMP reads the variable once, when torch loads. PyTorch splits each CPU
+Importing this module sets OMP_WAIT_POLICY=PASSIVE (unless it is set already); torch
+is imported by the functions that use it, later (so that a program's --help, or the
+tests' collection, never waits for torch): OpenMP reads the variable once, when torch
+loads. PyTorch splits each CPU
 operation over a team of threads; by default a thread that has finished its share spins
 on its core for a while instead of sleeping, and when another program needs that core
 the spinning thread competes with it and with the late thread the whole team waits for.
@@ -19,13 +21,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from atkit.settings import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 TORCH_WAS_LOADED = "torch" in sys.modules  # then the line above came too late
-
-import torch  # noqa: E402
-
-from atkit.settings import ConfigError  # noqa: E402
 
 PRESET_NAMES = ("ci", "cpu", "gpu")
 PRESET_ENV = "AT_PRESET"
@@ -37,6 +41,8 @@ NEEDS_TRAINING = "# needs training"  # the first line of a cell that trains
 
 def choose_preset(env=None) -> str:
     """The run size: $AT_PRESET if set, else 'gpu' with CUDA and 'cpu' without."""
+    import torch
+
     env = os.environ if env is None else env
     preset = env.get(PRESET_ENV) or ("gpu" if torch.cuda.is_available() else "cpu")
     if preset not in PRESET_NAMES:
@@ -47,6 +53,8 @@ def choose_preset(env=None) -> str:
 
 
 def default_device() -> torch.device:
+    import torch
+
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -140,6 +148,8 @@ def cpu_flags() -> dict[str, bool]:
         "AVX512-BF16": "_is_avx512_bf16_supported",
         "AVX512": "_is_avx512_supported",
     }
+    import torch
+
     return {
         name: bool(getattr(torch.cpu, f, lambda: False)()) for name, f in probes.items()
     }
@@ -162,6 +172,8 @@ def auto_precision(device) -> tuple[str, str]:
     V100), whose bfloat16 is only emulated. CPUs: bfloat16 where the processor has
     bfloat16 instructions, float32 elsewhere.
     """
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = gpu_capability(device)
@@ -176,6 +188,8 @@ def auto_precision(device) -> tuple[str, str]:
 
 def gpu_capability(device) -> tuple[int, int]:
     """The CUDA compute capability of `device` (a function, so tests can fake it)."""
+    import torch
+
     return torch.cuda.get_device_capability(device)
 
 
@@ -202,6 +216,8 @@ def compile_works(device) -> tuple[bool, str]:
     and a C compiler and Python's headers to build the launcher of its kernels (at
     the first compiled call: without them a compiled run would stop there); a CPU
     needs a C++ compiler."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         major, minor = gpu_capability(device)
@@ -235,10 +251,14 @@ class Runtime:
 
     def machine(self) -> str:
         if self.device.type == "cuda":
+            import torch
+
             return torch.cuda.get_device_name(self.device)
         return f"{cores_available()} CPU core(s)"
 
     def __str__(self) -> str:
+        import torch
+
         late = " (set too late: torch was loaded first; restart)" * TORCH_WAS_LOADED
         return (
             f"preset {self.preset} · {self.device} ({self.machine()}) · "
@@ -249,6 +269,8 @@ class Runtime:
         """The Setup cell's output: the line above, and the same facts as data (a
         type that Jupyter does not show) for tools/readme_results.py to read the
         committed run's preset from."""
+        import torch
+
         facts = {
             "preset": self.preset,
             "device": str(self.device),
@@ -260,6 +282,8 @@ class Runtime:
 
 def setup() -> Runtime:
     """Decide preset, device and threads for this process; returns them."""
+    import torch
+
     preset = choose_preset()
     torch.set_num_threads(torch_threads(preset))
     return Runtime(preset, default_device(), torch.get_num_threads())

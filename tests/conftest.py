@@ -23,6 +23,7 @@ The page tests (test_page.py, test_attention_view.py) share one headless Chromiu
 import errno
 import functools
 import http.server
+import importlib
 import os
 import re
 import shutil
@@ -40,6 +41,33 @@ os.environ.setdefault(
     "MULTI30K_DIR", str((ROOT / ".." / "shared" / "data" / "multi30k").resolve())
 )
 DATA = Path(os.environ["MULTI30K_DIR"])
+
+
+COLLECTION_PROBES = ("_mock_name", "__test__", "__wrapped__", "__code__")
+
+
+class _Lazy(types.ModuleType):
+    """A module that is imported when one of its attributes is first read."""
+
+    def __getattr__(self, attr):
+        loaded = sys.modules.get(self.__name__)
+        if loaded is None and attr in COLLECTION_PROBES or attr.startswith("__"):
+            raise AttributeError(attr)  # what pytest asks of every name it collects
+        return getattr(loaded or importlib.import_module(self.__name__), attr)
+
+    def __setattr__(self, attr, value):
+        raise TypeError(
+            f"{self.__name__} is imported lazily here: change it by name, "
+            f'monkeypatch.setattr("{self.__name__}.{attr}", ...)'
+        )
+
+
+def lazy(name: str) -> types.ModuleType:
+    """The module `name`, imported at its first use: `torch = lazy("torch")` at the
+    top of a test file keeps the collection of the tests from loading torch or the
+    notebook (tests/test_structure.py checks that it loads neither). To change one
+    of its attributes in a test, name it: monkeypatch.setattr("torch.compile", f)."""
+    return _Lazy(name)
 
 
 def inherited_pythonpath() -> list[str]:
@@ -67,6 +95,50 @@ def clean_env(**extra) -> dict:
         if name in os.environ:
             env[name] = os.environ[name]
     return {**env, **extra}
+
+
+# ------------------------------------------------------------------ test tiers
+
+# What a test needs beyond the notebook's code (the markers of pytest.ini): a test that
+# uses one of these fixtures, directly or through another fixture, is marked with its
+# tier. A fixture of a test module joins with @needs(tier) under @pytest.fixture; a
+# test that trains or starts processes in its own body carries the marker itself.
+FIXTURE_TIERS = {
+    "trained": "training",
+    "tiny_run": "training",
+    "copy_model": "training",
+    "browser": "browser",
+    "chromium_path": "browser",
+    "colab_run": "notebook",
+}
+
+
+def needs(tier: str):
+    """@needs("training") under @pytest.fixture: the tests that use the fixture are
+    in that tier."""
+
+    def register(fixture):
+        FIXTURE_TIERS[fixture.__name__] = tier
+        return fixture
+
+    return register
+
+
+class Tiers:
+    """Marks each collected test with the tiers of the fixtures it uses."""
+
+    @pytest.hookimpl(tryfirst=True)  # before -m selects by the markers
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            tiers = {FIXTURE_TIERS.get(f) for f in getattr(item, "fixturenames", ())}
+            if item.path.suffix == ".ipynb":  # nbval executes the notebook's cells
+                tiers.add("notebook")
+            for tier in sorted(tiers - {None}):
+                item.add_marker(tier)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Tiers(), "tiers")
 
 
 @pytest.fixture(scope="session")

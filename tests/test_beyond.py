@@ -7,11 +7,12 @@ Runs in the `ci` preset, with Multi30k from $MULTI30K_DIR.
 import shutil
 
 import pytest
-import torch
-import torch.nn as nn
 
-from atkit import resume
-from conftest import copy_cfg, quiet
+from conftest import copy_cfg, lazy, needs, quiet
+
+torch = lazy("torch")
+resume = lazy("atkit.resume")
+nn = lazy("torch.nn")
 
 TINY = {
     "n_train": 300,
@@ -121,6 +122,7 @@ def test_directions_are_one_setting_apart(lib, cfg, bpe_cfg, bpe_data):
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def bpe_run(lib, bpe_cfg, bpe_data, tmp_path_factory):
     ckpt_dir = tmp_path_factory.mktemp("bpe-all")
     model, history = lib.train(bpe_cfg, bpe_data, ckpt_dir, "cpu", log=quiet)
@@ -278,6 +280,7 @@ def test_average_checkpoints_wants_a_list(lib, tmp_path):
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def two_runs(lib, tmp_path_factory):
     """Two copy-task runs of 4 steps that differ in the seed alone."""
     root = tmp_path_factory.mktemp("runs")

@@ -5,22 +5,32 @@ decoding. Skipped where PyTorch sees no CUDA device; each test is small (tiny mo
 a few steps), so the file takes well under a minute on a GPU apart from compiling.
 """
 
+from __future__ import annotations
+
 import json
 import shutil
 
 import pytest
-import torch
 
 from atkit import runtime
 from atkit.launch import WORKER_CODE, launch_torchrun
-from conftest import quiet
+from conftest import lazy, quiet
 
+torch = lazy("torch")
+
+# a condition in a string is evaluated when a test runs, not while the tests are
+# collected (which loads no torch)
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device"
+    "not torch.cuda.is_available()", reason="needs a CUDA device"
 )
 
-DEVICE = torch.device("cuda", 0)  # only a name until a test runs
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+def cuda():
+    """The GPU the tests run on (a function: collecting the tests loads no torch)."""
+    return torch.device("cuda", 0)
+
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 TINY = dict(n_train=200, n_eval=20, max_tokens=300, N=1, d_model=32, d_ff=64, h=2)
 
 
@@ -33,13 +43,13 @@ def copy_parts(lib, cfg):
     Part 5's copy task (no corpus needed)."""
     data = lib.copy_task_data(cfg)
     V = len(data.vocab_src)
-    return (data, *lib.training_parts(cfg, V, V, DEVICE))
+    return (data, *lib.training_parts(cfg, V, V, cuda()))
 
 
 def expected_dtype(precision: str) -> torch.dtype:
     """The autocast dtype that `precision` means on this GPU."""
-    name = runtime.auto_precision(DEVICE)[0] if precision == "auto" else precision
-    return DTYPES[name]
+    name = runtime.auto_precision(cuda())[0] if precision == "auto" else precision
+    return getattr(torch, DTYPES[name])
 
 
 def weights(model):
@@ -67,25 +77,25 @@ def test_fast_step_never_waits_for_the_device(lib, precision):
     data, model, opt, sched, loss_compute, prec = copy_parts(lib, cfg)
     assert prec.dtype is expected_dtype(precision)
     assert opt.param_groups[0]["fused"]
-    batches = lib.make_batches(data.train, cfg, DEVICE)
+    batches = lib.make_batches(data.train, cfg, cuda())
     assert len(batches) >= 4, "the copy data makes too few batches"
     for b in batches:
-        assert b.src.device == b.tgt_mask.device == b.label_count.device == DEVICE
+        assert b.src.device == b.tgt_mask.device == b.label_count.device == cuda()
     # warm-up: first-call allocations, the optimizer's state, cuBLAS handles
     lib.train_step(model, batches[0], loss_compute, opt, sched, precision=prec)
-    torch.cuda.synchronize(DEVICE)
+    torch.cuda.synchronize(cuda())
     losses = []
     torch.cuda.set_sync_debug_mode("error")
     try:
         with pytest.raises(RuntimeError, match="synchroniz"):
-            torch.ones(2, device=DEVICE).sum().item()  # the mode is live
+            torch.ones(2, device=cuda()).sum().item()  # the mode is live
         for b in batches[1:4]:
             loss = lib.train_step(model, b, loss_compute, opt, sched, precision=prec)
             losses.append(loss)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     total = torch.stack(losses)
-    assert total.device == DEVICE and not total.requires_grad
+    assert total.device == cuda() and not total.requires_grad
     assert torch.isfinite(total).all()
 
 
@@ -99,7 +109,7 @@ def test_autocast_runs_the_matrix_products_in_the_chosen_precision(lib, precisio
     dtype = expected_dtype(precision)
     assert prec.dtype is dtype and prec.device_type == "cuda"
     assert (prec.scaler is not None) == (dtype is torch.float16)
-    batch = lib.make_batches(data.train, cfg, DEVICE)[0]
+    batch = lib.make_batches(data.train, cfg, cuda())[0]
     seen = []
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     hooks = [
@@ -134,9 +144,9 @@ def test_grad_scaler_skips_an_overflowing_step_and_halves_its_scale(lib):
     data, model, opt, sched, loss_compute, prec = copy_parts(lib, cfg)
     scaler = prec.scaler
     assert prec.dtype is torch.float16 and scaler is not None and scaler.is_enabled()
-    assert lib.choose_precision(DEVICE, "fp16").scaler is not None
+    assert lib.choose_precision(cuda(), "fp16").scaler is not None
     assert opt.param_groups[0]["fused"], "fused Adam takes the scale from the scaler"
-    batch = lib.make_batches(data.train, cfg, DEVICE)[0]
+    batch = lib.make_batches(data.train, cfg, cuda())[0]
     start = scaler.get_scale()
 
     def blown_up(x, y, norm):
@@ -168,13 +178,13 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
     import torch.fx.experimental._config as fx_config
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    works, why = runtime.compile_works(DEVICE)
+    works, why = runtime.compile_works(cuda())
     assert works, f"torch.compile cannot run here: {why}"
     cfg = lib.run_config(
         "ci", n_train=400, pad_multiple=8, fast=True, precision="auto", P_drop=0.0, N=1
     )
     data = lib.prepare_data(cfg)
-    batches = lib.make_batches(data.train, cfg, DEVICE)
+    batches = lib.make_batches(data.train, cfg, cuda())
     shapes = [(b.src.size(0), b.src.size(1), b.tgt.size(1)) for b in batches]
     assert all(s % 8 == 0 and t % 8 == 0 for _, s, t in shapes), shapes
     assert any(s == t for _, s, t in shapes) and any(s != t for _, s, t in shapes)
@@ -191,9 +201,9 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
     try:
         V_src, V_tgt = len(data.vocab_src), len(data.vocab_tgt)
         model, opt, sched, loss_compute, prec = lib.training_parts(
-            cfg, V_src, V_tgt, DEVICE
+            cfg, V_src, V_tgt, cuda()
         )
-        net = lib.maybe_compile(model, True, DEVICE)
+        net = lib.maybe_compile(model, True, cuda())
         assert net is not model and net._orig_mod is model
 
         def grads(call, b):
@@ -235,10 +245,10 @@ def test_sdpa_matches_didactic_attention_in_bf16(lib):
     kernel has to pad the mask."""
     torch.manual_seed(0)
     src, tgt = padded([13, 9, 4]), padded([11, 7, 3], seed=1)
-    b = lib.Batch(src, tgt, pad=2).to(DEVICE)
-    mha = lib.MultiHeadedAttention(4, 64).to(DEVICE).eval()
-    x = torch.randn(3, b.tgt.size(1), 64, device=DEVICE)  # decoder states
-    memory = torch.randn(3, b.src.size(1), 64, device=DEVICE)
+    b = lib.Batch(src, tgt, pad=2).to(cuda())
+    mha = lib.MultiHeadedAttention(4, 64).to(cuda()).eval()
+    x = torch.randn(3, b.tgt.size(1), 64, device=cuda())  # decoder states
+    memory = torch.randn(3, b.src.size(1), 64, device=cuda())
     cases = {
         "decoder self-attention": (x, b.tgt_mask),
         "encoder-decoder attention": (memory, b.src_mask),
@@ -335,20 +345,20 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
         lib, n_train=120, n_eval=16, max_tokens=200, steps=6, eval_every=3, P_drop=0.3
     )
     data = lib.copy_task_data(cfg)
-    whole, _ = lib.train(cfg, data, tmp_path / "whole", DEVICE, log=quiet)
+    whole, _ = lib.train(cfg, data, tmp_path / "whole", cuda(), log=quiet)
     cut = tmp_path / "cut"
-    lib.train(cfg, data, cut, DEVICE, max_steps=4, log=quiet)
+    lib.train(cfg, data, cut, cuda(), max_steps=4, log=quiet)
     state = lib.checkpoints.load_checkpoint(cut / "last.pt")
     assert state["progress"]["step"] == 4
     rng = state["ranks"][0]["rng"]
     assert set(rng) == {"torch", "cuda"}
-    mine = torch.cuda.get_rng_state(DEVICE)
+    mine = torch.cuda.get_rng_state(cuda())
     assert torch.is_tensor(rng["cuda"]) and rng["cuda"].shape == mine.shape
     shutil.copytree(cut, tmp_path / "cpu-only")
-    lib.start_run(cfg, data, cut, DEVICE)  # builds the run and restores its state
-    assert torch.equal(torch.cuda.get_rng_state(DEVICE), rng["cuda"])
+    lib.start_run(cfg, data, cut, cuda())  # builds the run and restores its state
+    assert torch.equal(torch.cuda.get_rng_state(cuda()), rng["cuda"])
 
-    resumed, _ = lib.train(cfg, data, cut, DEVICE, log=quiet)
+    resumed, _ = lib.train(cfg, data, cut, cuda(), log=quiet)
     for (name, a), b in zip(
         whole.state_dict().items(), resumed.state_dict().values(), strict=True
     ):
@@ -359,7 +369,7 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
         "set_rng_state",
         lambda s, device: torch.set_rng_state(s["torch"]),
     )
-    other, _ = lib.train(cfg, data, tmp_path / "cpu-only", DEVICE, log=quiet)
+    other, _ = lib.train(cfg, data, tmp_path / "cpu-only", cuda(), log=quiet)
     pairs = zip(whole.state_dict().values(), other.state_dict().values(), strict=True)
     assert any(not torch.equal(a, b) for a, b in pairs), (
         "dropout drew nothing from the CUDA generator: the check above proves nothing"
@@ -371,7 +381,7 @@ def test_decoding_on_cuda(lib):
     the GPU: every tensor it makes lands on the model's device."""
     torch.manual_seed(0)
     model = lib.make_model(16, 16, "tiny", N=1, d_model=32, d_ff=64, h=2, max_len=64)
-    model.to(DEVICE).eval()
+    model.to(cuda()).eval()
     sources = [lib.frame([5, 6, 7, 8]), lib.frame([9, 4]), lib.frame([4] * 12)]
     for search in (lib.greedy_decode, lib.beam(3, 0.6)):
         out = lib.translate_ids(model, sources, search=search)
@@ -386,7 +396,7 @@ def test_attention_maps_of_a_model_on_cuda(lib):
     too (the committed notebook's Part 6 runs on the gpu preset's device)."""
     torch.manual_seed(0)
     model = lib.make_model(16, 16, "tiny", N=2, d_model=32, d_ff=64, h=2, max_len=64)
-    model.to(DEVICE).eval()
+    model.to(cuda()).eval()
     src_ids, tgt_ids = lib.frame([5, 6, 7, 8]), [lib.BOS, 9, 10]
     maps = lib.attention_maps(model, src_ids, tgt_ids)
     S, T = len(src_ids), len(tgt_ids)

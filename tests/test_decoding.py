@@ -20,11 +20,11 @@ import itertools
 import math
 
 import pytest
-import torch
-from torch.nn.utils.rnn import pad_sequence
 
-from conftest import quiet
+from conftest import lazy, needs, quiet
 from tools import train as cli
+
+torch = lazy("torch")
 
 TINY = {"n_train": 200, "n_eval": 8, "max_len": 40, "N": 1, "d_model": 32, "h": 2}
 
@@ -34,10 +34,11 @@ def pytest_generate_tests(metafunc):
     if "search_name" in metafunc.fixturenames:
         import nbexport
 
-        metafunc.parametrize("search_name", list(nbexport.load().SEARCHES))
+        metafunc.parametrize("search_name", nbexport.registry_names("SEARCHES"))
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def half_copy(lib, tmp_path_factory):
     """A copy-task model trained for 80 steps, and the sources of its data: good
     enough that some outputs end with </s>, at various lengths, not so good that all
@@ -73,7 +74,7 @@ def never_ends(lib, model):
 
 
 def padded(lib, sources):
-    src = pad_sequence(
+    src = torch.nn.utils.rnn.pad_sequence(
         [torch.tensor(s) for s in sources], batch_first=True, padding_value=lib.PAD
     )
     return src, (src != lib.PAD).unsqueeze(-2)

@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from atkit import launch as launcher
 from atkit import runtime
-from conftest import COPY, copy_args
+from conftest import COPY, copy_args, lazy, needs
 from tools import train as cli
+
+torch = lazy("torch")
 
 SETTINGS = [
     "n_train=240",
@@ -148,6 +149,7 @@ def reference_run(lib, tmp_path, world, steps, optimizer="adam"):
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def ddp_runs(lib, tmp_path_factory):
     """2-rank runs of 3 steps: SGD with global token normalisation and with
     per-rank normalisation, and Adam with the eq. 3 schedule; and their
@@ -214,6 +216,7 @@ def test_ddp_checkpoint_is_the_notebook_format(lib, ddp_runs, tmp_path):
     assert cfg.model.d_model == 32 and len(vs) == model.generator.proj.out_features
 
 
+@pytest.mark.training
 def test_a_full_ddp_run_logs_once_and_finishes(lib, tmp_path):
     args = cli_args(tmp_path, "--set", "steps=20", "--set", "eval_every=10")
     rc, log, _ = launch(lib, args)
@@ -233,6 +236,7 @@ def test_a_full_ddp_run_logs_once_and_finishes(lib, tmp_path):
     assert results["omp_wait_policy"] == "PASSIVE"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("mode", ["raise", "exit"])
 def test_a_dying_worker_fails_the_launch_quickly(lib, tmp_path, mode):
     args = cli_args(tmp_path, "--max-steps", "50", "--timeout-s", "30")
@@ -246,6 +250,7 @@ def test_a_dying_worker_fails_the_launch_quickly(lib, tmp_path, mode):
         assert "injected failure on rank 1" in log, "the traceback should be shown"
 
 
+@pytest.mark.process
 def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, tmp_path):
     args = cli_args(tmp_path, "--max-steps", "50", "--timeout-s", "8")
     rc, log, seconds = launch(lib, args, FAULT.replace("{mode}", "hang"), timeout_s=90)
@@ -254,6 +259,7 @@ def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, tmp_path):
     assert re.search(r"rank\s*:\s*0", log), "rank 0 should fail on the timeout"
 
 
+@pytest.mark.process
 def test_launcher_raises_with_the_output_tail(lib):
     with pytest.raises(RuntimeError, match="exited with code"):
         launcher.launch_torchrun(
@@ -346,6 +352,7 @@ def logged(log) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def ddp(lib, tmp_path_factory):
     """2-rank runs of 12 steps (7 per epoch; dropout on): uninterrupted; stopped in
     the middle of epoch 0 (step 3) and resumed; stopped at an evaluation in epoch 1

@@ -238,6 +238,7 @@ def test_a_cache_folder_that_cannot_be_made_is_refused(
     assert "XDG_CACHE_HOME" in message and "MULTI30K_DIR" in message
 
 
+@pytest.mark.process
 def test_data_files_without_read_permission_are_refused(tmp_path):
     """Run as a program, so that the permission bits apply to root too."""
     folder = copy_of_data(tmp_path / "data")

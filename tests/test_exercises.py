@@ -15,13 +15,49 @@ import jupytext
 import nbformat
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 from nbclient import NotebookClient
 
-import exercise_checks as check
-import exercises_solutions as sol
-from conftest import DATA, ROOT, inherited_pythonpath, snapshot_repository
+from conftest import DATA, ROOT, inherited_pythonpath, lazy, snapshot_repository
+
+torch = lazy("torch")
+F = lazy("torch.nn.functional")
+check = lazy("exercise_checks")
+sol = lazy("exercises_solutions")
+
+
+class Sol(str):
+    """A function of exercises_solutions by name, looked up when a test runs (the
+    collection of the tests loads no torch)."""
+
+    @property
+    def __name__(self):
+        return str(self)
+
+
+class Later:
+    """A value made when the test runs (a tensor: no torch at collection)."""
+
+    def __init__(self, make):
+        self.make = make
+
+
+def resolve(functions) -> tuple:
+    """`functions` with each Sol replaced by the solution it names, and each Later
+    by the value it makes."""
+    return tuple(
+        getattr(sol, f)
+        if isinstance(f, Sol)
+        else f.make()
+        if isinstance(f, Later)
+        else f
+        for f in functions
+    )
+
+
+def solutions(name: str) -> tuple:
+    """The solution's functions that the check `name` takes."""
+    return resolve(SOLUTIONS[name])
+
 
 MD = ROOT / "exercises.md"
 IPYNB = ROOT / "exercises.ipynb"
@@ -29,19 +65,19 @@ IPYNB = ROOT / "exercises.ipynb"
 # The functions each check takes, from the solutions (the notebook's stubs have the
 # same names).
 SOLUTIONS = {
-    "layer_norm": (sol.layer_norm,),
-    "pre_norm": (sol.pre_norm,),
-    "subsequent_mask": (sol.subsequent_mask,),
-    "attention": (sol.attention,),
-    "heads": (sol.split_heads, sol.merge_heads),
-    "multi_head_attention": (sol.multi_head_attention,),
-    "positional_encoding": (sol.sinusoidal_table,),
-    "rate": (sol.rate,),
-    "label_smoothing": (sol.smoothed_target,),
-    "greedy_decode": (sol.greedy_decode,),
-    "bleu": (sol.brevity_penalty, sol.bleu_score),
-    "length_penalty": (sol.length_penalty,),
-    "beam_candidates": (sol.beam_candidates,),
+    "layer_norm": (Sol("layer_norm"),),
+    "pre_norm": (Sol("pre_norm"),),
+    "subsequent_mask": (Sol("subsequent_mask"),),
+    "attention": (Sol("attention"),),
+    "heads": (Sol("split_heads"), Sol("merge_heads")),
+    "multi_head_attention": (Sol("multi_head_attention"),),
+    "positional_encoding": (Sol("sinusoidal_table"),),
+    "rate": (Sol("rate"),),
+    "label_smoothing": (Sol("smoothed_target"),),
+    "greedy_decode": (Sol("greedy_decode"),),
+    "bleu": (Sol("brevity_penalty"), Sol("bleu_score")),
+    "length_penalty": (Sol("length_penalty"),),
+    "beam_candidates": (Sol("beam_candidates"),),
 }
 
 
@@ -479,14 +515,18 @@ WRONG = [
     ("attention", (attn_fill_1e9,), r"float16 inputs.*-1e9 does not fit in float16"),
     ("attention", (attn_weights_only,), r"should return \(output, weights\)"),
     ("attention", (attn_keys_not_values,), r"the output .* it is weights @ value"),
-    ("heads", (split_no_transpose, sol.merge_heads), r"cuts the sequence, not the"),
+    ("heads", (split_no_transpose, Sol("merge_heads")), r"cuts the sequence, not the"),
     (
         "heads",
-        (split_strided, sol.merge_heads),
+        (split_strided, Sol("merge_heads")),
         r"features 0..1 of position 0; yours .* \(0, 0\), \(0, 4\)",
     ),
-    ("heads", (sol.split_heads, merge_no_transpose), r"transpose dimensions 1 and 2"),
-    ("heads", (sol.split_heads, merge_view), r"not contiguous: use .reshape"),
+    (
+        "heads",
+        (Sol("split_heads"), merge_no_transpose),
+        r"transpose dimensions 1 and 2",
+    ),
+    ("heads", (Sol("split_heads"), merge_view), r"not contiguous: use .reshape"),
     ("multi_head_attention", (mha_no_wo,), r"output projection W\^O is missing"),
     ("multi_head_attention", (mha_scaled_by_d_model,), r"sqrt\(d_model\) = sqrt\(16\)"),  # noqa: E501
     ("multi_head_attention", (mha_no_mask,), r"the mask was not applied"),
@@ -569,11 +609,23 @@ WRONG = [
         r"^sentence 0, position 2: .*earlier tokens are right.*subsequent_mask",
     ),
     ("greedy_decode", (greedy_float,), r"dtype torch.float32; token ids .* integers"),
-    ("bleu", (bp_inverted, sol.bleu_score), r"e\^\(1 - c/r\) = .*e\^\(1 - r/c\)"),
-    ("bleu", (bp_always, sol.bleu_score), r"longer than its references is not penal"),
-    ("bleu", (sol.brevity_penalty, bleu_arithmetic), r"averaged the precisions arith"),
-    ("bleu", (sol.brevity_penalty, bleu_fraction), r"reports percent, multiply by 100"),
-    ("bleu", (sol.brevity_penalty, bleu_no_bp), r"the brevity penalty is missing"),
+    ("bleu", (bp_inverted, Sol("bleu_score")), r"e\^\(1 - c/r\) = .*e\^\(1 - r/c\)"),
+    (
+        "bleu",
+        (bp_always, Sol("bleu_score")),
+        r"longer than its references is not penal",
+    ),
+    (
+        "bleu",
+        (Sol("brevity_penalty"), bleu_arithmetic),
+        r"averaged the precisions arith",
+    ),
+    (
+        "bleu",
+        (Sol("brevity_penalty"), bleu_fraction),
+        r"reports percent, multiply by 100",
+    ),
+    ("bleu", (Sol("brevity_penalty"), bleu_no_bp), r"the brevity penalty is missing"),
     ("length_penalty", (lp_inverse,), r"is the inverse of lp"),
     ("length_penalty", (lp_no_five,), r"should be \(\(5 \+ 1\) / 6\)\^0.6 = "),
     ("beam_candidates", (beam_logp_only,), r"by the new token's log-probability alone"),
@@ -592,9 +644,9 @@ def test_every_exercise_has_a_solution_and_a_wrong_answer():
     assert set(SOLUTIONS) == {name for name, _, _ in WRONG}
 
 
-@pytest.mark.parametrize("name", list(check.EXERCISES))
+@pytest.mark.parametrize("name", list(SOLUTIONS))
 def test_the_solution_passes(name):
-    verdict = check.EXERCISES[name](*SOLUTIONS[name])
+    verdict = check.EXERCISES[name](*solutions(name))
     assert verdict.ok, verdict
     assert repr(verdict).startswith(f"✓ {name}: correct.")
 
@@ -605,7 +657,7 @@ def test_the_solution_passes(name):
     ids=[f"{n}-{fns[0].__name__}-{fns[-1].__name__}" for n, fns, _ in WRONG],
 )
 def test_a_wrong_answer_fails_with_its_message(name, functions, message):
-    verdict = check.EXERCISES[name](*functions)
+    verdict = check.EXERCISES[name](*resolve(functions))
     assert verdict.status == "wrong", verdict
     assert re.search(message, verdict.message), verdict.message
     assert "Traceback" not in verdict.message
@@ -615,14 +667,14 @@ def _stub(*args):
     raise NotImplementedError
 
 
-@pytest.mark.parametrize("name", list(check.EXERCISES))
+@pytest.mark.parametrize("name", list(SOLUTIONS))
 def test_a_stub_is_not_done_yet(name):
-    stubs = [_stub] * len(SOLUTIONS[name])
+    stubs = [_stub] * len(solutions(name))
     verdict = check.EXERCISES[name](*stubs)
     assert verdict.status == "not done" and "not done yet" in repr(verdict)
     # one function of two written: still not done
     if len(stubs) == 2:
-        verdict = check.EXERCISES[name](SOLUTIONS[name][0], _stub)
+        verdict = check.EXERCISES[name](solutions(name)[0], _stub)
         assert verdict.status == "not done", verdict
 
 
@@ -671,8 +723,8 @@ HOSTILE_VALUES = {  # value, words the verdict must contain
     "huge int": (10**5000, r"a number \(too long to show\)"),
     "bool": (True, r"a bool \(True\)"),
     "dict": ({}, r"an object of type dict"),
-    "function": (sol.rate, r"did you return it instead of calling it"),
-    "empty tensor": (torch.zeros(0), r"\(0,\)|dtype torch.float32; token ids"),
+    "function": (Sol("rate"), r"did you return it instead of calling it"),
+    "empty tensor": (Later(lambda: torch.zeros(0)), r"\(0,\)|dtype torch.float32; .*"),
 }
 
 
@@ -734,7 +786,8 @@ def test_any_returned_value_gets_a_verdict_in_words(name, i, value):
     returned, words = HOSTILE_VALUES[value]
     if value == "generator":  # a fresh one each time: an earlier test may have run it
         returned = _generator()
-    fns = list(SOLUTIONS[name])
+    (returned,) = resolve((returned,))
+    fns = list(solutions(name))
     fns[i] = _returning(returned)
     _assert_wrong(check.EXERCISES[name](*fns), words)
 
@@ -756,7 +809,7 @@ def test_a_right_answer_in_the_wrong_form_is_wrong(name, i, change):
     f, words = table[change]
     if name == "subsequent_mask" and change == "complex":
         f = lambda t: t.to(torch.complex64) + 5j  # noqa: E731 (bool + 5j is an error)
-    _assert_wrong(check.EXERCISES[name](*_transform(SOLUTIONS[name], i, f)), words)
+    _assert_wrong(check.EXERCISES[name](*_transform(solutions(name), i, f)), words)
 
 
 class BadMessage(Exception):
@@ -788,22 +841,21 @@ HOSTILE_FUNCTIONS = {  # function, status, words
 @pytest.mark.parametrize("kind", list(HOSTILE_FUNCTIONS))
 def test_any_function_gets_a_verdict_in_words(name, i, kind):
     fn, status, words = HOSTILE_FUNCTIONS[kind]
-    fns = list(SOLUTIONS[name])
+    fns = list(solutions(name))
     fns[i] = fn
     verdict = check.EXERCISES[name](*fns)
     assert verdict.status == status, verdict
     assert re.search(words, verdict.message), verdict.message
 
 
-class Unreadable(torch.Tensor):
-    """A tensor on which every torch operation fails: what no check foresees."""
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        raise RuntimeError("unreadable")
-
-
 def test_what_no_check_foresaw_still_gets_a_verdict():
+    class Unreadable(torch.Tensor):
+        """A tensor on which every torch operation fails: what no check foresees."""
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            raise RuntimeError("unreadable")
+
     def fn(*args):
         return torch.zeros(2, 3, 8).as_subclass(Unreadable)
 
@@ -838,7 +890,7 @@ TAKES_TENSORS = [
 
 @pytest.mark.parametrize("name, i", TAKES_TENSORS, ids=_ids(TAKES_TENSORS))
 def test_a_function_that_changes_its_inputs_is_told(name, i):
-    fns = list(SOLUTIONS[name])
+    fns = list(solutions(name))
     fns[i] = _mutating(fns[i])
     _assert_wrong(
         check.EXERCISES[name](*fns), r"changed its argument (`\w+`|number \d) in place"
@@ -887,7 +939,7 @@ def test_a_function_that_never_ends_is_stopped(fn, monkeypatch):
     def net(signum, frame):
         raise NetFired("the check did not stop the endless function")
 
-    monkeypatch.setattr(check, "TIME_LIMIT_S", 1.0)
+    monkeypatch.setattr("exercise_checks.TIME_LIMIT_S", 1.0)
     before = signal.signal(signal.SIGALRM, net)
     signal.setitimer(signal.ITIMER_REAL, 30.0, 1.0)
     try:
@@ -936,6 +988,7 @@ def test_a_check_in_another_thread_runs_without_a_limit():
     assert verdicts and verdicts[0].ok
 
 
+@pytest.mark.process
 def test_an_endless_loop_is_stopped_in_a_jupyter_kernel():
     """In a real kernel, as the notebook runs: the cell with the endless loop ends
     with a verdict, and the next cell's check works."""
@@ -1016,6 +1069,7 @@ def test_committed_outputs_are_the_unfilled_stubs():
         assert text.strip() == repr(check.Verdict(name, "not done", check.NOT_DONE))
 
 
+@pytest.mark.notebook
 def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     """exercises.ipynb alone in an empty folder, as Colab opens it: the Setup cell
     clones the repository (from a file:// snapshot of this tree). Every other

@@ -4,9 +4,11 @@ compute the same functions as the didactic code, without waiting for the device.
 import copy
 
 import pytest
-import torch
 
 from atkit import runtime
+from conftest import lazy
+
+torch = lazy("torch")
 
 
 def padded_batch(lib, V, lengths, seed=0):
@@ -188,6 +190,7 @@ def test_c_compiler_is_the_one_triton_would_use(monkeypatch):
     assert isinstance(runtime.python_headers(), bool)
 
 
+@pytest.mark.training
 def test_one_compiled_graph_for_an_epoch_of_shapes(lib, monkeypatch):
     """maybe_compile turns duck sizing off, so an epoch's batch shapes (S == T for
     some batches, not for others) share one graph; with duck sizing there are two."""
@@ -222,7 +225,7 @@ def test_one_compiled_graph_for_an_epoch_of_shapes(lib, monkeypatch):
             for b in order:  # a batch with S == T comes first
                 net(b.src, b.tgt, b.src_mask, b.tgt_mask)
         counts[duck] = counter.frame_count
-        monkeypatch.setattr(torch, "compile", original)
+        monkeypatch.setattr("torch.compile", original)
     torch._dynamo.reset()
     assert counts == {True: 2, False: 1}, counts
 
@@ -386,6 +389,7 @@ def test_run_epoch_syncs_once_per_logging_interval(lib, monkeypatch):
     assert total > 0
 
 
+@pytest.mark.training
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_compiled_fast_step_matches_eager_on_cpu(lib):
     """torch.compile of the fast path (what the gpu preset turns on) computes the same

@@ -5,7 +5,10 @@ the same weights."""
 
 import numpy as np
 import pytest
-import torch
+
+from conftest import lazy
+
+torch = lazy("torch")
 
 TINY = {"n_train": 300, "n_eval": 10}
 PATTERNS = ("previous", "same", "next", "aligned")

@@ -6,11 +6,12 @@ import sys
 import textwrap
 
 import pytest
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-from conftest import ROOT, clean_env
+from conftest import ROOT, clean_env, lazy
+
+torch = lazy("torch")
+nn = lazy("torch.nn")
+F = lazy("torch.nn.functional")
 
 
 def padding_mask(lengths, S):
@@ -96,8 +97,9 @@ def test_sdpa_path_matches_didactic_outputs_and_gradients(lib):
         torch.testing.assert_close(pa.grad, pb.grad, atol=1e-5, rtol=1e-5, msg=n)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_masked_positions_stay_masked_in_half_precision(lib, dtype):
+    dtype = getattr(torch, dtype)
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
     mask = padding_mask([5, 2], 5).unsqueeze(1)  # second sentence: keys 2.. are padding
@@ -310,7 +312,8 @@ def test_bad_settings_raise_value_error_naming_the_argument(lib, call, word):
         call(lib)
 
 
-def test_import_runs_no_demo_and_is_quick(lib):
+@pytest.mark.process
+def test_import_runs_no_demo(lib):
     # `lib`: this process has imported the library first, so that first-time work
     # (bytecode of freshly installed packages, matplotlib's font cache) is done
     # and cannot print to the child's stderr
@@ -336,7 +339,7 @@ def test_import_runs_no_demo_and_is_quick(lib):
         cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr
-    seconds, figures, trained = r.stdout.split()
+    _, figures, trained = r.stdout.split()
     assert figures == "0" and trained == "False", "a demo cell ran on import"
     assert r.stderr.strip() == "", f"import printed to stderr: {r.stderr[:300]}"
-    assert float(seconds) < 20, f"import took {seconds}s"
+    # how long it took is for `python -m tools.startup` to print, not to assert here

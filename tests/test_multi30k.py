@@ -11,11 +11,12 @@ import json
 from collections import Counter
 
 import pytest
-import torch
 
 from atkit import data as corpus
-from conftest import RUN_TINY
+from conftest import RUN_TINY, lazy
 from tools import train as cli
+
+torch = lazy("torch")
 
 TINY = RUN_TINY
 
@@ -150,6 +151,7 @@ def test_evaluate_scores_against_raw_references(lib, cfg, data, tiny_run, monkey
 # --- a preset's numbers ---------------------------------------------------------------
 
 
+@pytest.mark.training
 def test_same_preset_and_seed_reproduce_the_run(lib, tmp_path):
     """Two fresh runs of the ci preset (fewer steps, to save time): the same loss
     curves, the same best step, the same BLEU. Budgets are steps, never seconds, so

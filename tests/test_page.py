@@ -541,6 +541,7 @@ def test_strict_refuses_error_outputs_and_untypeset_math(tmp_path):
     assert not (tmp_path / "strict.html").exists()
 
 
+@pytest.mark.process
 def test_command_line(tmp_path):
     """`python tools/render_page.py` (as `make page` ran it) and `python -m`, --check,
     and --strict's exit status."""
@@ -1084,6 +1085,7 @@ def test_out_is_refused_before_any_work(tmp_path, monkeypatch, kind):
     assert str(out) in message and ("give" in message), message
 
 
+@pytest.mark.process
 def test_out_refused_on_the_command_line(tmp_path):
     """The command line refuses a folder in one line, fast, exit status 2; any other
     error reaching the top is one `error:` line too (tools/errors.py)."""

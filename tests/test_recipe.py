@@ -5,11 +5,13 @@ the table goes on (issue 46, point 1)."""
 import pytest
 
 from atkit import report
+from conftest import needs
 
 STEPS = dict(steps=40, eval_every=10, keep=3)  # the ci preset, shorter
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def recipe_with_a_nan(lib, tmp_path_factory):
     """Part 4 in the ci preset, its post-norm twin given a rate that turns its loss
     NaN within a few steps."""

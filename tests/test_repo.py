@@ -67,6 +67,7 @@ def test_demo_cells_are_tagged_and_library_cells_define_things():
             )
 
 
+@pytest.mark.process
 def test_exported_module_is_importable_by_other_processes(tmp_path):
     nbexport.export(out=tmp_path / "lib.py")
     code = (
@@ -135,6 +136,7 @@ def test_readme_results_are_those_of_the_committed_notebook():
     assert r.returncode == 0, r.stderr + r.stdout
 
 
+@pytest.mark.process
 def test_wait_policy_is_set_before_any_cell_imports_torch():
     """OMP_WAIT_POLICY only works if it is set before torch loads: the Setup cell and
     the library's imports start with atkit.runtime, which sets it (in Jupyter, and in

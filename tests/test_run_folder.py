@@ -24,9 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from atkit import files, launch, resume
+from atkit import files, launch
 from conftest import (
     COPY,
     NO_TRAINING,
@@ -39,12 +38,17 @@ from conftest import (
     fill_disk,
     forbid,
     hold_lock,
+    lazy,
+    needs,
     quiet,
     refused,
     run_program,
     without_permission_override,
 )
 from tools import train as cli
+
+torch = lazy("torch")
+resume = lazy("atkit.resume")
 
 
 def params(model):
@@ -67,6 +71,7 @@ def run_dir(tiny_run, tmp_path):
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def stopped(lib, tmp_path_factory):
     """A copy-task run stopped after 3 of 8 steps (dropout on)."""
     folder = tmp_path_factory.mktemp("stopped")
@@ -124,6 +129,7 @@ SLOW_AFTER_2 = (
 )
 
 
+@pytest.mark.process
 def test_a_second_run_into_the_folder_of_a_running_one_stops_at_once(
     lib, tmp_path, capsys, monkeypatch
 ):
@@ -277,6 +283,7 @@ def test_a_read_only_folder_fails_before_training(
             lib.train(copy_cfg(lib), None, folder, "cpu", log=quiet)
 
 
+@pytest.mark.process
 def test_a_folder_without_read_permission_is_refused(tmp_path):
     """A checkpoint folder that can be written but not listed: --fresh would find
     nothing to delete, and say nothing. Run as a program, so that the permission
@@ -398,7 +405,7 @@ def test_resume_every_writes_last_pt_less_often_and_keeps_what_it_needs(
         saves.append(run.progress["step"])
         return save_run(run, world)
 
-    monkeypatch.setattr(resume, "save_run", spy)
+    monkeypatch.setattr("atkit.resume.save_run", spy)
     lib.train(sparse, data, tmp_path, "cpu", log=quiet)
     monkeypatch.undo()
     steps = tiny_run.history["steps"]
@@ -576,7 +583,7 @@ DAMAGE = {  # how a last.pt may be damaged or edited -> what the error must say
     "truncated": (lambda blob: blob[: len(blob) // 2], ["cannot be read"]),
     "garbage": (lambda blob: b"\x00not a checkpoint", ["cannot be read"]),
     "shape": (
-        _edit(("model", "generator.proj.bias"), torch.zeros(3)),
+        _edit(("model", "generator.proj.bias"), lambda bias: torch.zeros(3)),
         ["does not fit this run"],
     ),
     "missing": (_edit(("model", "generator.proj.bias"), None), ["does not fit"]),

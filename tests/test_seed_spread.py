@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from atkit import seeds
+from conftest import needs
 from tools import seed_spread
 
 SETTINGS = ("n_train=200", "n_eval=20", "steps=20", "eval_every=10")
@@ -16,6 +17,7 @@ SMALL = [part for setting in SETTINGS for part in ("--set", setting)]
 
 
 @pytest.fixture
+@needs("training")
 def small_models(monkeypatch, tmp_path):
     """The tool's two models, made small, trained under tmp_path."""
     monkeypatch.chdir(tmp_path)  # results/ is relative, as for a user

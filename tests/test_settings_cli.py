@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from atkit import files, launch, runtime
 from atkit.settings import free_on_resume, unread
@@ -31,11 +30,14 @@ from conftest import (
     copy_args,
     copy_cfg,
     forbid,
+    lazy,
     refused,
     run_program,
 )
 from tools import errors, seed_spread
 from tools import train as cli
+
+torch = lazy("torch")
 
 # ---------------------------------------------------------------- settings
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import jupytext
+import pytest
 
 import nbexport
 from tools import word_count
@@ -134,6 +135,7 @@ def test_exported_blocks_name_their_section_and_keep_their_lines():
                 assert source[block.line - 1 + i] == md[block.line - 1 + i]
 
 
+@pytest.mark.process
 def test_a_traceback_points_into_the_notebook(tmp_path):
     """An error inside the notebook's code names annotated_transformer.md and the
     line there, in a process that loads it as the tools do."""
@@ -150,3 +152,43 @@ def test_a_traceback_points_into_the_notebook(tmp_path):
     assert match, r.stderr[-2000:]
     line = MD.read_text().splitlines()[int(match.group(1)) - 1]
     assert "best_step" in line, line
+
+
+COLLECT = """
+import sys, pytest
+code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests"])
+heavy = [m for m in ("torch", "annotated_transformer_lib") if m in sys.modules]
+print("LOADED:", *heavy)
+sys.exit(code)
+"""
+
+
+@pytest.mark.process
+def test_collecting_the_tests_loads_neither_torch_nor_the_notebook():
+    """Collection answers in seconds: test files import torch, the notebook and the
+    modules that load them lazily (conftest.lazy), and registries' names are read
+    without running the notebook (nbexport.registry_names)."""
+    r = subprocess.run(
+        [sys.executable, "-c", COLLECT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == "LOADED:", r.stdout.splitlines()[-1]
+
+
+@pytest.mark.process
+def test_every_tools_help_loads_no_torch():
+    from tools import startup
+
+    for name in startup.tools():
+        row = startup.probe(name)
+        assert "torch" not in row["loaded"], f"{name} --help loads {row['loaded']}"
+
+
+def test_registry_names_are_read_without_running_the_notebook(lib):
+    for registry in ("SEARCHES", "MODEL_SIZES", "PRECISIONS", "PRESETS"):
+        assert nbexport.registry_names(registry) == tuple(getattr(lib, registry))

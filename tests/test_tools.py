@@ -206,6 +206,7 @@ def test_bench_refuses_json_with_profile(lib, capsys):
     assert "leave out --json" in one_error_line(capsys, bench.PROG)
 
 
+@pytest.mark.process
 def test_bench_names_a_failed_memory_child():
     """The fresh process that measures a path's memory fails: its last line is
     kept in the message, not a CalledProcessError."""
@@ -214,6 +215,7 @@ def test_bench_names_a_failed_memory_child():
     assert "CalledProcessError" not in str(err.value)
 
 
+@pytest.mark.process
 def test_bench_command_line_ends_in_one_error_line(tmp_path):
     """The real command line (python -m tools.bench), not only main()."""
     argv = [*TINY_BENCH, "--json", str(tmp_path)]
@@ -233,7 +235,7 @@ def test_bench_command_line_ends_in_one_error_line(tmp_path):
 def fake_cpu(monkeypatch, bf16: bool):
     which = "AVX512-BF16" if bf16 else "no bfloat16 instructions"
     monkeypatch.setattr(runtime, "cpu_bf16", lambda: (bf16, which))
-    monkeypatch.setattr(runtime, "default_device", lambda: runtime.torch.device("cpu"))
+    monkeypatch.setattr(runtime, "default_device", lambda: "cpu")
 
 
 @pytest.mark.parametrize(
@@ -310,6 +312,7 @@ def test_precision_check_read_only(lib, tmp_path, read_only, monkeypatch, capsys
     assert runtime.CHECKPOINTS_ENV in one_error_line(capsys, precision_check.PROG)
 
 
+@pytest.mark.training
 def test_precision_check_trains_both_and_compares(lib, tmp_path, monkeypatch, capsys):
     """Two real two-step ci runs, on a CPU that "auto" takes for a bfloat16 one."""
     fake_cpu(monkeypatch, bf16=True)

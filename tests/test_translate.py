@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from atkit import export
-from conftest import quiet
-from tools import export_model
+from conftest import lazy, needs, quiet
+
+torch = lazy("torch")
+export = lazy("atkit.export")
+export_model = lazy("tools.export_model")
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -88,6 +89,7 @@ def fuzz_texts(n: int, seed: int = 0) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+@needs("training")
 def run_dir(lib, tmp_path_factory):
     """A trained ci-preset model of the full recipe (a few dozen seconds)."""
     cfg = lib.run_config("ci", vocab="bpe", tie="all")
@@ -567,6 +569,7 @@ def test_committed_page_translates_as_the_notebook(lib, browser, capsys):
 # ------------------------------------------------------------ the notebook's switch
 
 
+@pytest.mark.process
 def test_pretrained_switch_in_ipython():
     """runtime.use_pretrained in a Jupyter kernel: on, a cell whose first line is
     `# needs training` prints one line instead of running; off, it runs."""

@@ -117,13 +117,17 @@ def paths_arg(text: str) -> list[str]:
     return paths
 
 
-def parse_args(lib, argv=None):
+def parse_args(lib=None, argv=None):
+    """(args, the RunConfig to measure). The command line is read before the
+    notebook (`lib`, loaded here when None) and torch load: --help is quick."""
+    import nbexport
+
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
     cli.add_set_option(p)
     p.add_argument(
         "--size",
-        choices=sorted(lib.MODEL_SIZES),
+        choices=sorted(nbexport.registry_names("MODEL_SIZES")),
         default=None,
         help="a named model size instead of the preset's model",
     )
@@ -133,7 +137,7 @@ def parse_args(lib, argv=None):
     p.add_argument("--rounds", type=positive, default=3)
     p.add_argument(
         "--precision",
-        choices=lib.PRECISIONS,
+        choices=nbexport.registry_names("PRECISIONS"),
         default=None,
         help="fast path precision (default: the preset's)",
     )
@@ -181,6 +185,7 @@ def parse_args(lib, argv=None):
         args.preset = args.preset or runtime.choose_preset()
     except ValueError as err:
         p.error(f"{err}, or give --preset")
+    lib = lib or nbexport.load()
     cfg = cli.config_from_args(lib, args.preset, args.changes)
     if args.size:
         model = lib.model_config(args.size, norm=cfg.model.norm, max_len=256)
@@ -346,7 +351,8 @@ def cpu_peak_mib(argv, path) -> float:
 
 
 def cpu_features() -> str:
-    torch = runtime.torch
+    import torch
+
     flags = runtime.cpu_flags()
     have = [name for name, on in flags.items() if on] or ["none of AMX/AVX512"]
     aten = torch.backends.cpu.get_cpu_capability()
@@ -431,12 +437,10 @@ def judge_target(lib, differ, device_name, figures) -> tuple[list[str], dict]:
 
 
 def main(argv=None) -> int:
-    import nbexport
-
     argv = sys.argv[1:] if argv is None else argv
-    lib = nbexport.load()
+    args, cfg = parse_args(None, argv)
+    lib = cli.library()
     torch = lib.torch
-    args, cfg = parse_args(lib, argv)
     if args.json and not args.memory_child:
         args.json = check_json(args.json)
     vocab = args.vocab or cfg.bpe_size

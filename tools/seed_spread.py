@@ -119,11 +119,13 @@ def main(argv=None) -> int:
     command = f"python -m tools.seed_spread --preset {preset} --seeds " + " ".join(
         map(str, args.seeds)
     )
+    import torch
+
     root = runtime.checkpoint_root(preset)
     where = {
         "preset": preset,
         "machine": f"{os.cpu_count()} CPU cores, {cpu_name()}",
-        "torch": runtime.torch.__version__.split("+")[0],
+        "torch": torch.__version__.split("+")[0],
         # what precision="auto" gives here: a CPU's name may hide whether it has
         # bfloat16 (two "AMD EPYC" machines, one with and one without, trained apart)
         "precision": runtime.auto_precision(runtime.default_device())[0],

@@ -31,14 +31,15 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import checkpoints, runtime
+from atkit import runtime
 from atkit.files import check_writable, writable_folder, write_text_atomic
 from tools.errors import UsageError, run_main
 
 PROG = "python -m tools.train"
 TASKS = ("multi30k", "copy")
-# files of a run's folder that the results must not replace (its lock and probe too)
-RUN_FOLDER_FILES = (*checkpoints.RUN_FILES, ".lock", ".write-test.*.tmp")
+# files of a run's folder that the results must not replace (besides its checkpoint
+# files, atkit.checkpoints.RUN_FILES: its lock and probe)
+RUN_FOLDER_EXTRA = (".lock", ".write-test.*.tmp")
 
 
 def library():
@@ -165,6 +166,8 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
     file is written and deleted in it, named as the results' temporary file will be
     (a read-only folder, or a name too long for the file system, fails here, not
     after the training)."""
+    from atkit import checkpoints
+
     try:
         if out.is_symlink() and out.exists():
             out = Path(os.path.realpath(out))
@@ -187,7 +190,8 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
             "above it; give the results file another name"
         )
     if real_out.parent == real_ckpt and any(
-        fnmatch.fnmatch(out.name, pattern) for pattern in RUN_FOLDER_FILES
+        fnmatch.fnmatch(out.name, pattern)
+        for pattern in (*checkpoints.RUN_FILES, *RUN_FOLDER_EXTRA)
     ):
         raise UsageError(
             f"--out {out} would replace a file of the run in --ckpt-dir {ckpt_dir}; "
@@ -200,6 +204,8 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
 def check_args(args, preset) -> None:
     """What only the command line knows, checked before anything is read, trained
     or removed: the results file, the device, torchrun's variables, the search."""
+    import torch
+
     if args.ckpt_dir is None:  # $AT_CHECKPOINTS is checked where it is used
         args.ckpt_dir = runtime.checkpoint_root(preset) / args.task
     args.out = check_out(
@@ -207,7 +213,7 @@ def check_args(args, preset) -> None:
     )
     if not 0 < args.timeout_s < float("inf"):
         raise UsageError(f"--timeout-s {args.timeout_s}: give a number of seconds > 0")
-    if args.device == "cuda" and not runtime.torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda, but PyTorch sees no CUDA device here")
     if "WORLD_SIZE" in os.environ and "LOCAL_RANK" not in os.environ:
         raise UsageError("WORLD_SIZE is set but LOCAL_RANK is not: start with torchrun")
@@ -229,9 +235,12 @@ def search_from_args(lib, args):
 
 
 def train_cli(argv=None) -> int:
+    import nbexport
+
+    # the command line is read before torch and the notebook load (--help is quick)
+    args = make_parser(nbexport.registry_names("SEARCHES")).parse_args(argv)
     lib = library()
-    p = make_parser(tuple(lib.SEARCHES))
-    args = p.parse_args(argv)
+    torch = lib.torch
     preset = args.preset or runtime.choose_preset()
     cfg = config_from_args(lib, preset, args.changes)
     check_args(args, preset)
@@ -248,11 +257,11 @@ def train_cli(argv=None) -> int:
         device = (
             runtime.default_device()
             if args.device == "auto"
-            else runtime.torch.device(args.device)
+            else torch.device(args.device)
         )
         if device.type == "cuda" and device.index is None:  # name the GPU: cuda:0
-            device = runtime.torch.device("cuda", runtime.torch.cuda.current_device())
-    runtime.torch.set_num_threads(
+            device = torch.device("cuda", torch.cuda.current_device())
+    torch.set_num_threads(
         runtime.torch_threads(preset, world.local_size if world else 1)
     )
     is_main = world is None or world.is_main
@@ -283,6 +292,8 @@ def train_cli(argv=None) -> int:
 def run_results(lib, args, preset, cfg, data, model, history, device) -> dict:
     """What a reader would compare runs by: the config, the parameter count, the
     history and throughput."""
+    import torch
+
     seconds = max(history["train_time_s"], 1e-9)
     return {
         "task": args.task,
@@ -300,7 +311,7 @@ def run_results(lib, args, preset, cfg, data, model, history, device) -> dict:
             history["tokens"] / seconds / history["world_size"]
         ),
         "device": str(device),
-        "torch_threads": runtime.torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
     }
 
