@@ -22,7 +22,7 @@ ifneq ($(PRESET),)
 export AT_PRESET := $(PRESET)
 endif
 
-.PHONY: help setup run execute exercises readme page test test-fast pytest lint format sync export train seeds bench precision freeze clean
+.PHONY: help setup run execute exercises readme page figures test test-fast pytest lint format sync export train seeds bench precision freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
@@ -32,6 +32,7 @@ help:
 	@echo "             and docs/translate.html for the model in docs/translate/ (python -m tools.export_model --page-only)"
 	@echo "make test   - pytest (the notebook executed once as on Colab, ci preset) + nbval on $(EX).ipynb + ruff"
 	@echo "make test-fast - the tests that need no training, process, browser or notebook (< 1 min)"
+	@echo "make figures - draw images/*.svg and *.png (images/draw_figures.py)"
 	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code"
 	@echo "make train PRESET=cpu   - train Part 3's model outside Jupyter (results/<preset>-multi30k.json)"
@@ -68,6 +69,10 @@ page: setup
 	$(PY) -m tools.render_page --strict --notebook $(EX).ipynb --out docs/$(EX).html
 	$(PY) -m tools.export_model --page-only --out docs
 
+# The four drawings (SVG and the PNG the notebook shows), byte-identical run to run.
+figures: setup
+	$(PY) images/draw_figures.py
+
 # The exercises alone (their stubs unfilled: every check says "not done yet").
 exercises: sync export
 	$(EXECUTE) $(EX).ipynb
@@ -95,8 +100,12 @@ format: setup
 # The tests run in the small `ci` preset whatever the hardware. The notebook itself is
 # executed once, as Colab runs it (tests/test_colab.py, which also compares the cells
 # tagged nbval-check-output with the committed outputs); nbval runs the exercises.
+# Two pytest-xdist workers share the cores with that run; the tests that share a
+# trained run go to one worker (tests/conftest.py groups them), so none trains twice.
+WORKERS ?= 2
 pytest: setup export
-	AT_PRESET=ci $(PY) -m pytest tests $(EX).ipynb --nbval-lax --nbval-current-env -p no:cacheprovider $(PYTEST_ARGS)
+	AT_PRESET=ci $(PY) -m pytest tests $(EX).ipynb --nbval-lax --nbval-current-env \
+		-p no:cacheprovider -n $(WORKERS) --dist loadgroup --durations=10 $(PYTEST_ARGS)
 
 test: lint pytest
 

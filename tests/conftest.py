@@ -24,12 +24,14 @@ import errno
 import functools
 import http.server
 import importlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -104,13 +106,14 @@ def clean_env(**extra) -> dict:
 # tier. A fixture of a test module joins with @needs(tier) under @pytest.fixture; a
 # test that trains or starts processes in its own body carries the marker itself.
 FIXTURE_TIERS = {
+    "colab_run": "notebook",
     "trained": "training",
     "tiny_run": "training",
     "copy_model": "training",
     "browser": "browser",
     "chromium_path": "browser",
-    "colab_run": "notebook",
 }
+SHARED_TIERS = ("training", "notebook")  # a fixture of these is made once, grouped
 
 
 def needs(tier: str):
@@ -125,20 +128,56 @@ def needs(tier: str):
 
 
 class Tiers:
-    """Marks each collected test with the tiers of the fixtures it uses."""
+    """Marks each collected test with the tiers of the fixtures it uses, and puts
+    the tests that share a trained run (or the Colab-style run) in one group, which
+    the scheduler below gives to one pytest-xdist worker: nothing is trained twice.
+    A notebook's nbval cells are one group too: they run in order in one kernel."""
 
     @pytest.hookimpl(tryfirst=True)  # before -m selects by the markers
-    def pytest_collection_modifyitems(self, items):
+    def pytest_collection_modifyitems(self, config, items):
+        groups = {}
         for item in items:
-            tiers = {FIXTURE_TIERS.get(f) for f in getattr(item, "fixturenames", ())}
+            names = getattr(item, "fixturenames", ())
+            tiers = {FIXTURE_TIERS.get(f) for f in names}
+            shared = [f for f in FIXTURE_TIERS if f in names]
+            shared = [
+                f for f in shared if FIXTURE_TIERS[f] in SHARED_TIERS and f != "trained"
+            ]
             if item.path.suffix == ".ipynb":  # nbval executes the notebook's cells
                 tiers.add("notebook")
+                shared = [item.path.name]
             for tier in sorted(tiers - {None}):
                 item.add_marker(tier)
+            if shared:  # the first in FIXTURE_TIERS' order: colab_run before runs
+                groups[item.nodeid] = shared[0]
+        if hasattr(config, "workerinput"):  # for the scheduler (WorkGroups)
+            path = shared_tmp(config) / "groups.json"
+            tmp = path.with_name(f"groups.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(groups))
+            os.replace(tmp, path)
 
 
 def pytest_configure(config):
     config.pluginmanager.register(Tiers(), "tiers")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's loadscope scheduling with the groups of Tiers as its scopes (a
+    test in no group is a scope of its own). xdist's own `--dist loadgroup` marks
+    groups by renaming a test's node id, which pytest 9 no longer reads; the workers
+    write the groups to a file instead, before they report their collection."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkGroups(LoadScopeScheduling):
+        groups = None
+
+        def _split_scope(self, nodeid):
+            if self.groups is None:
+                path = shared_tmp(config) / "groups.json"
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+            return self.groups.get(nodeid, nodeid)
+
+    return WorkGroups(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -196,16 +235,37 @@ RUN_TINY = {
 
 
 @pytest.fixture(scope="session")
-def tiny_run(lib, tmp_path_factory):
-    """The RUN_TINY run, trained once per session: cfg, data, folder, model, history.
-    A test that changes the folder works on a copy (`copy_of`)."""
-    cfg = lib.run_config("ci", **RUN_TINY)
-    data = lib.prepare_data(cfg)
-    folder = tmp_path_factory.mktemp("tiny-run")
-    model, history = lib.train(cfg, data, folder, "cpu", log=quiet)
-    return types.SimpleNamespace(
-        cfg=cfg, data=data, folder=folder, model=model, history=history
-    )
+def trained(lib, tmp_path_factory):
+    """The factory of the small runs that tests share: `trained(task, max_steps,
+    **settings)` trains the `ci` preset with `settings` changed on `task`
+    ("multi30k" or Part 5's "copy"), stopped after `max_steps` if given, once per
+    session for each distinct set of arguments, and returns cfg, data, folder,
+    model and history. A test that changes the folder works on a copy (`copy_of`).
+    The fixtures that name a run (tiny_run, stopped, ...) call it, and the tests that
+    use one fixture go to one pytest-xdist worker (FIXTURE_TIERS)."""
+    runs = {}
+
+    def train(task="multi30k", max_steps=None, **settings):
+        key = repr((task, max_steps, sorted(settings.items())))
+        if key not in runs:
+            cfg = lib.run_config("ci", **settings)
+            data = lib.copy_task_data(cfg) if task == "copy" else lib.prepare_data(cfg)
+            folder = tmp_path_factory.mktemp(f"trained-{task}") / "run"
+            model, history = lib.train(
+                cfg, data, folder, "cpu", max_steps=max_steps, log=quiet
+            )
+            runs[key] = types.SimpleNamespace(
+                cfg=cfg, data=data, folder=folder, model=model, history=history
+            )
+        return runs[key]
+
+    return train
+
+
+@pytest.fixture(scope="session")
+def tiny_run(trained):
+    """The RUN_TINY run (cfg, data, folder, model, history)."""
+    return trained(**RUN_TINY)
 
 
 def copy_of(folder: Path, target: Path) -> Path:
@@ -450,36 +510,79 @@ def snapshot_repository(target):
 # other tests use one core too: it starts in a process of its own as soon as the tests
 # are collected, and the tests that read it run last, so that the two share the cores.
 EXECUTE = """
+import os
 import sys
 
 import nbformat
 from nbclient import NotebookClient
 
-notebook, out, folder = sys.argv[1:]
+notebook, out, folder, status = sys.argv[1:]
 nb = nbformat.read(notebook, as_version=4)
 client = NotebookClient(
     nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": folder}}
 )
+code = 1
 try:
     client.execute()
+    code = 0
 finally:
     nbformat.write(nb, out)
+    with open(status + ".tmp", "w") as f:
+        f.write(str(code))
+    os.replace(status + ".tmp", status)
 """
 
 
 COLAB = pytest.StashKey()  # the run, once it has started
 
 
+def shared_tmp(config) -> Path:
+    """A folder that every process of this test session sees: pytest's base
+    temporary folder, or with pytest-xdist (`make test` runs two workers) the one
+    above the workers' own."""
+    base = config._tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
+def once(config, name: str) -> tuple[Path, bool]:
+    """(a folder named `name` in shared_tmp, whether this process made it first):
+    of several pytest processes, the first does the work and the others wait."""
+    folder = shared_tmp(config) / name
+    try:
+        folder.mkdir()
+        return folder, True
+    except FileExistsError:
+        return folder, False
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they do
 def pytest_collection_modifyitems(session, config, items):
-    """Tests that read `colab_run` go last; the run itself starts now."""
+    """Tests that read `colab_run` go last, and the run starts now (in one process
+    of the session); so does the installation of Chromium, where it is missing."""
+    if config.option.collectonly:
+        return
+    if any(item.get_closest_marker("browser") for item in items):
+        start_chromium_install(config)
     late = [item for item in items if "colab_run" in getattr(item, "fixturenames", ())]
-    if not late or config.option.collectonly:
+    if not late:
         return
     items[:] = [item for item in items if item not in late] + late
-    run = start_colab_run(config._tmp_path_factory.mktemp("colab"))
-    config.stash[COLAB] = run
-    config.add_cleanup(lambda: stop(run))
+    folder, first = once(config, "colab")
+    if first:
+        run = start_colab_run(folder)
+        config.stash[COLAB] = run
+        config.add_cleanup(lambda: stop(run))
+    else:
+        config.stash[COLAB] = types.SimpleNamespace(proc=None, folder=folder)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A run that another process of the session may still read is awaited, unless
+    the tests were stopped (then the cleanup stops it)."""
+    run = session.config.stash.get(COLAB, None)
+    finished = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    if run is not None and run.proc is not None and finished and not session.shouldstop:
+        run.proc.wait()
 
 
 def stop(run):
@@ -492,7 +595,8 @@ def stop(run):
 def start_colab_run(tmp):
     """The .ipynb executed as Colab runs it, in a process of its own: the file alone
     in an empty folder, its Setup cell cloning this working tree from a file:// URL,
-    every cell in a fresh kernel, the ci preset."""
+    every cell in a fresh kernel, the ci preset. When it ends it writes its exit
+    status to `status` in `tmp` (for the other processes of the session)."""
     if shutil.which("git") is None:
         pytest.fail("git is needed: the Setup cell clones the repository with it")
     repo = tmp / "github"
@@ -513,7 +617,7 @@ def start_colab_run(tmp):
         MULTI30K_DIR=str(DATA),
     )
     executed = tmp / "executed.ipynb"
-    args = [NOTEBOOK.name, str(executed), str(colab)]
+    args = [NOTEBOOK.name, str(executed), str(colab), str(tmp / "status")]
     log = tmp / "run.log"
     with log.open("w") as out:  # a file, not a pipe that could fill and block it
         proc = subprocess.Popen(
@@ -524,7 +628,22 @@ def start_colab_run(tmp):
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its kernel goes with it if the tests are stopped
         )
-    return types.SimpleNamespace(proc=proc, folder=colab, executed=executed, log=log)
+    (tmp / "pid").write_text(str(proc.pid))
+    return types.SimpleNamespace(proc=proc, folder=tmp)
+
+
+def wait_for_status(folder: Path, what: str) -> int:
+    """The exit status that another process's run wrote to folder/status, once it
+    has; fails the test if that process is gone without writing one."""
+    status, pid = folder / "status", folder / "pid"
+    while not status.exists():
+        if pid.exists() and not Path(f"/proc/{pid.read_text().strip()}").exists():
+            if not status.exists():
+                pytest.fail(
+                    f"{what} (process {pid.read_text()}) ended without a status"
+                )
+        time.sleep(1)
+    return int(status.read_text().strip() or 1)
 
 
 @pytest.fixture(scope="session")
@@ -534,14 +653,24 @@ def colab_run(request):
     notebook, and the clone in at-repo/)."""
     import nbformat
 
-    run = request.config.stash.get(COLAB, None)
+    config = request.config
+    run = config.stash.get(COLAB, None)
     if run is None:  # the fixture asked for in another way: start it now
-        run = start_colab_run(request.config._tmp_path_factory.mktemp("colab"))
-        request.config.stash[COLAB] = run
-    if run.proc.wait():
-        output = run.log.read_text(errors="replace")
+        folder, first = once(config, "colab")
+        run = types.SimpleNamespace(proc=None, folder=folder)
+        if first:
+            run = start_colab_run(folder)
+            config.add_cleanup(lambda: stop(run))
+        config.stash[COLAB] = run
+    if run.proc is not None:
+        run.proc.wait()
+    if wait_for_status(run.folder, "the Colab-style run"):
+        output = (run.folder / "run.log").read_text(errors="replace")
         pytest.fail(f"the Colab-style run failed:\n{output[-4000:]}")
-    return types.SimpleNamespace(nb=nbformat.read(run.executed, 4), folder=run.folder)
+    return types.SimpleNamespace(
+        nb=nbformat.read(run.folder / "executed.ipynb", 4),
+        folder=run.folder / "content",
+    )
 
 
 # ----------------------------------------------- headless Chromium (page tests)
@@ -575,28 +704,53 @@ def _find_chromium() -> str | None:
     return None
 
 
+APT = (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"])
+CHROMIUM = pytest.StashKey()  # the folder of the installation, once it has started
+
+
+def start_chromium_install(config) -> None:
+    """Where Chromium is missing and this is root, its installation with apt-get
+    starts as the tests are collected, in one process of the session, so that it
+    downloads while other tests run (about a minute and a half on a fresh machine)."""
+    if _find_chromium() or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return
+    folder, first = once(config, "chromium")
+    config.stash[CHROMIUM] = folder
+    if not first:
+        return
+    script = " && ".join(" ".join(cmd) for cmd in APT)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    log = (folder / "apt.log").open("w")
+    proc = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f"{script}; echo $? > {folder}/status.tmp; "
+            f"mv {folder}/status.tmp {folder}/status",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    (folder / "pid").write_text(str(proc.pid))
+
+
 @pytest.fixture(scope="session")
-def chromium_path() -> str:
+def chromium_path(request) -> str:
     path = _find_chromium()
     if path:
         return path
     if os.geteuid() != 0:
         pytest.fail("Chromium is missing; install it: sudo apt-get install -y chromium")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "chromium"],
-    ):
-        proc = subprocess.run(
-            cmd,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"`{' '.join(cmd)}` failed:\n{proc.stderr[-2000:]}")
+    folder = request.config.stash.get(CHROMIUM, None)
+    if folder is None:  # not started at collection: install it now
+        start_chromium_install(request.config)
+        folder = request.config.stash[CHROMIUM]
+    if wait_for_status(folder, "apt-get install chromium"):
+        log = (folder / "apt.log").read_text(errors="replace")
+        pytest.fail(f"installing Chromium with apt-get failed:\n{log[-2000:]}")
     path = _find_chromium()
     assert path, "apt-get installed chromium but it is not on PATH"
     return path

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import copy_cfg, lazy, needs, quiet
+from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
 resume = lazy("atkit.resume")
@@ -123,10 +123,9 @@ def test_directions_are_one_setting_apart(lib, cfg, bpe_cfg, bpe_data):
 
 @pytest.fixture(scope="module")
 @needs("training")
-def bpe_run(lib, bpe_cfg, bpe_data, tmp_path_factory):
-    ckpt_dir = tmp_path_factory.mktemp("bpe-all")
-    model, history = lib.train(bpe_cfg, bpe_data, ckpt_dir, "cpu", log=quiet)
-    return ckpt_dir, model, history
+def bpe_run(trained):
+    run = trained(**TINY, vocab="bpe", bpe_size=BPE_SIZE, tie="all")
+    return run.folder, run.model, run.history
 
 
 def test_tied_bpe_model_trains_and_translates_with_part3_code(lib, bpe_data, bpe_run):
@@ -281,27 +280,28 @@ def test_average_checkpoints_wants_a_list(lib, tmp_path):
 
 @pytest.fixture(scope="module")
 @needs("training")
-def two_runs(lib, tmp_path_factory):
-    """Two copy-task runs of 4 steps that differ in the seed alone."""
-    root = tmp_path_factory.mktemp("runs")
-    for name, seed in (("a", 0), ("b", 1)):
-        cfg = copy_cfg(lib, seed=seed, steps=4, eval_every=2)
-        lib.train(cfg, lib.copy_task_data(cfg), root / name, "cpu", log=quiet)
-    return root
+def two_runs(trained):
+    """The folders of two copy-task runs of 4 steps that differ in the seed alone."""
+    return {
+        name: trained(
+            "copy", **{**COPY, "seed": seed, "steps": 4, "eval_every": 2}
+        ).folder
+        for name, seed in (("a", 0), ("b", 1))
+    }
 
 
 def test_averaging_checkpoints_of_different_runs_is_refused(lib, two_runs):
-    a, b = two_runs / "a" / "step000004.pt", two_runs / "b" / "step000004.pt"
+    a, b = two_runs["a"] / "step000004.pt", two_runs["b"] / "step000004.pt"
     with pytest.raises(lib.checkpoints.CheckpointError, match="different runs") as e:
         lib.average_checkpoints([a, b])
     assert str(a) in str(e.value) and str(b) in str(e.value)
     assert "'seed'" in str(e.value)
     # the same run's snapshots average
-    lib.average_checkpoints([two_runs / "a" / "step000002.pt", a])
+    lib.average_checkpoints([two_runs["a"] / "step000002.pt", a])
 
 
 def test_averaging_compares_the_vocabularies(lib, two_runs, tmp_path):
-    a = two_runs / "a" / "step000004.pt"
+    a = two_runs["a"] / "step000004.pt"
     state = lib.checkpoints.load_checkpoint(a)
     itos = list(state["vocab_tgt"]["itos"])
     itos[-2], itos[-1] = itos[-1], itos[-2]  # same size, same config, other words
@@ -315,8 +315,8 @@ def test_averaged_model_refuses_a_foreign_snapshot_in_the_folder(
     lib, two_runs, tmp_path
 ):
     folder = tmp_path / "a"
-    shutil.copytree(two_runs / "a", folder)
-    shutil.copy(two_runs / "b" / "step000002.pt", folder / "step000002.pt")
+    shutil.copytree(two_runs["a"], folder)
+    shutil.copy(two_runs["b"] / "step000002.pt", folder / "step000002.pt")
     history = lib.checkpoints.load_checkpoint(folder / "last.pt")["history"]
     history = {**history, "best_step": 4}
     with pytest.raises(lib.checkpoints.CheckpointError, match="step000002.pt"):

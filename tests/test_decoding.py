@@ -21,7 +21,7 @@ import math
 
 import pytest
 
-from conftest import lazy, needs, quiet
+from conftest import lazy, needs
 from tools import train as cli
 
 torch = lazy("torch")
@@ -39,12 +39,12 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="module")
 @needs("training")
-def half_copy(lib, tmp_path_factory):
+def half_copy(trained):
     """A copy-task model trained for 80 steps, and the sources of its data: good
     enough that some outputs end with </s>, at various lengths, not so good that all
     of them do; some run to their length limit."""
-    cfg = lib.run_config(
-        "ci",
+    run = trained(
+        "copy",
         n_train=400,
         n_eval=16,
         max_tokens=200,
@@ -59,9 +59,7 @@ def half_copy(lib, tmp_path_factory):
         P_drop=0.0,
         cooldown=0.0,
     )
-    data = lib.copy_task_data(cfg)
-    model, _ = lib.train(cfg, data, tmp_path_factory.mktemp("copy80"), "cpu", log=quiet)
-    return model.eval(), [s for s, _ in data.val]
+    return run.model.eval(), [s for s, _ in run.data.val]
 
 
 def never_ends(lib, model):

@@ -72,12 +72,9 @@ def run_dir(tiny_run, tmp_path):
 
 @pytest.fixture(scope="module")
 @needs("training")
-def stopped(lib, tmp_path_factory):
+def stopped(trained):
     """A copy-task run stopped after 3 of 8 steps (dropout on)."""
-    folder = tmp_path_factory.mktemp("stopped")
-    cfg = copy_cfg(lib)
-    lib.train(cfg, lib.copy_task_data(cfg), folder, "cpu", max_steps=3, log=quiet)
-    return folder
+    return trained("copy", 3, **COPY).folder
 
 
 @pytest.fixture

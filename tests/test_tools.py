@@ -7,6 +7,7 @@ and every refusal, which must come before any work, as one `error:` line that sa
 what to do. Runs are tiny: one ci-preset batch, two training steps, a fake kernel.
 """
 
+import importlib
 import json
 import os
 import subprocess
@@ -235,7 +236,8 @@ def test_bench_command_line_ends_in_one_error_line(tmp_path):
 def fake_cpu(monkeypatch, bf16: bool):
     which = "AVX512-BF16" if bf16 else "no bfloat16 instructions"
     monkeypatch.setattr(runtime, "cpu_bf16", lambda: (bf16, which))
-    monkeypatch.setattr(runtime, "default_device", lambda: "cpu")
+    cpu = importlib.import_module("torch").device("cpu")  # after the collection
+    monkeypatch.setattr(runtime, "default_device", lambda: cpu)
 
 
 @pytest.mark.parametrize(

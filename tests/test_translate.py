@@ -90,13 +90,9 @@ def fuzz_texts(n: int, seed: int = 0) -> list[str]:
 
 @pytest.fixture(scope="module")
 @needs("training")
-def run_dir(lib, tmp_path_factory):
+def run_dir(trained):
     """A trained ci-preset model of the full recipe (a few dozen seconds)."""
-    cfg = lib.run_config("ci", vocab="bpe", tie="all")
-    data = lib.prepare_data(cfg)
-    folder = tmp_path_factory.mktemp("translate-run")
-    lib.train(cfg, data, folder / "run", "cpu", log=quiet)
-    return folder / "run"
+    return trained(vocab="bpe", tie="all").folder
 
 
 @pytest.fixture(scope="module")
