@@ -22,7 +22,7 @@ ifneq ($(PRESET),)
 export AT_PRESET := $(PRESET)
 endif
 
-.PHONY: help setup run execute exercises readme page figures test test-fast pytest lint format sync export train seeds bench precision freeze clean
+.PHONY: help setup run execute exercises readme page figures test test-fast test-js js-golden pytest lint format sync export train seeds bench precision freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
@@ -34,7 +34,10 @@ help:
 	@echo "make test-fast - the tests that need no training, process, browser or notebook (< 1 min)"
 	@echo "make figures - draw images/*.svg and *.png (images/draw_figures.py)"
 	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
-	@echo "make lint / make format - ruff on the Python files and the notebook's code"
+	@echo "make lint / make format - ruff on the Python files and the notebook's code; make lint runs"
+	@echo "             eslint on the JavaScript too (installs node_modules from package-lock.json)"
+	@echo "make test-js - the JavaScript unit tests (node --test tests/js/), against tests/js/golden/"
+	@echo "make js-golden - write tests/js/golden/ again from the notebook's code (tools/js_golden.py)"
 	@echo "make train PRESET=cpu   - train Part 3's model outside Jupyter (results/<preset>-multi30k.json)"
 	@echo "make seeds PRESET=cpu   - Part 3's and Part 4's models with seeds 0 1 2 (runs/seed-spread-<preset>.json)"
 	@echo "make bench              - didactic vs fast training step: tokens/s, FLOP/s, memory (MFU on a GPU)"
@@ -84,9 +87,27 @@ readme: setup
 run: execute readme page
 	@echo "executed $(NB).ipynb and $(EX).ipynb, copied the results into README.md, rendered docs/index.html and docs/$(EX).html"
 
-lint: setup
+# eslint from the npm registry, at the versions of package-lock.json (npm ci), installed
+# again when the lock file changes.
+NODE_STAMP := node_modules/.installed
+
+$(NODE_STAMP): package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $(NODE_STAMP)
+
+lint: setup $(NODE_STAMP)
 	$(PY) -m ruff check . $(NB).ipynb $(EX).ipynb
 	$(PY) -m ruff format --check . $(NB).ipynb $(EX).ipynb
+	node_modules/.bin/eslint .
+
+# The JavaScript of the pages (atkit/translator.js, atkit/attention_view.js) on Node's
+# own test runner, against golden files the notebook's Python code writes (js-golden;
+# tests/test_js_golden.py fails when they are stale). Needs nothing from npm.
+test-js:
+	node --test tests/js/
+
+js-golden: export
+	$(PY) -m tools.js_golden
 
 format: setup
 	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md $(EX).md
@@ -107,7 +128,7 @@ pytest: setup export
 	AT_PRESET=ci $(PY) -m pytest tests $(EX).ipynb --nbval-lax --nbval-current-env \
 		-p no:cacheprovider -n $(WORKERS) --dist loadgroup --durations=10 $(PYTEST_ARGS)
 
-test: lint pytest
+test: lint pytest test-js
 
 # The inner loop: the tests that need no training, no other process, no browser and
 # no executed notebook (pytest.ini's markers), in under a minute; the slowest five
@@ -116,6 +137,7 @@ FAST := not (training or process or browser or notebook)
 test-fast: setup export
 	AT_PRESET=ci $(PY) -m pytest tests -m "$(FAST)" -q -p no:cacheprovider \
 		--durations=5 $(PYTEST_ARGS)
+	node --test --test-reporter=dot tests/js/
 
 train: export
 	$(PY) -m tools.train $(if $(PRESET),--preset $(PRESET),) $(TRAIN_ARGS)

@@ -23,6 +23,8 @@
    every rule scoped to .atv); attention_view.assets() in Python returns the style and
    this script together. The controller: {element, state(), set({sentence, kind,
    layer, head}), hover(side, index)} (head: a 0-based number or "avg").
+   atkitAttentionView.data(spec) is the same spec's data without a page: the decoded
+   weights and the selection rules (defined at the end of this file).
 
    State for tests sits on the root element: data-sentence, -kind, -layer (0-based),
    -head (0-based or "avg"), -hover ("q3": query 3, "k5": key 5, "" none), -cell
@@ -53,9 +55,9 @@ function atkitAttentionView(target, spec, tries) {
   root.dataset.ready = "0";
   const SVG = "http://www.w3.org/2000/svg";
   const KINDS = {
-    encoder: { button: "Encoder self", name: "encoder self-attention", q: "src", k: "src" },
-    decoder: { button: "Decoder self", name: "decoder self-attention", q: "tgt", k: "tgt" },
-    cross: { button: "Decoder → source", name: "decoder–source attention", q: "tgt", k: "src" },
+    encoder: { button: "Encoder self", name: "encoder self-attention" },
+    decoder: { button: "Decoder self", name: "decoder self-attention" },
+    cross: { button: "Decoder → source", name: "decoder–source attention" },
   };
   const LEGEND = {
     encoder: ["the source tokens, as queries", "the source tokens, as keys",
@@ -78,79 +80,15 @@ function atkitAttentionView(target, spec, tries) {
   };
   const FONT = 12, MIN_PITCH = 14, MAX_PITCH = 24, PAD = 6;
   const MIN_LABEL = 0.005; // a weight below this gets no number in the readout
-  const N = spec.layers, H = spec.heads;
-  const start = spec.start || {};
-  const state = {
-    sentence: 0,
-    kind: KINDS[start.kind] ? start.kind : "cross",
-    layer: start.layer === undefined ? N.cross - 1 : start.layer,
-    head: start.head === undefined ? 0 : start.head,
+  const data = atkitAttentionView.data(spec);
+  const N = data.layers, H = data.heads;
+  const state = Object.assign(data.start(), {
     hover: null, // {side: "q" | "k", i, cell: j or null}
     pinned: false,
-  };
-  state.layer = Math.max(0, Math.min(state.layer, N[state.kind] - 1));
-  let weights = null; // Float32Array of all weights, in AttentionView.spec's order
-  let offsets = []; // offsets[sentence][kind]: where that (N, h, rows, cols) block starts
+  });
   let view = null; // what draw() made, for hover()
-
-  // ---------------------------------------------------------------- data
-  function bytesOf() {
-    const bin = atob(spec.data);
-    const raw = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) raw[i] = bin.charCodeAt(i);
-    if (spec.encoding === "raw") return Promise.resolve(raw);
-    if (typeof DecompressionStream === "undefined") {
-      return Promise.reject(new Error("this browser has no DecompressionStream"));
-    }
-    const stream = new Blob([raw]).stream().pipeThrough(new DecompressionStream("deflate"));
-    return new Response(stream).arrayBuffer().then((b) => new Uint8Array(b));
-  }
-  function tokens(s, kind) {
-    const sent = spec.sentences[s];
-    return [sent[KINDS[kind].q], sent[KINDS[kind].k]];
-  }
-  function load() {
-    let at = 0;
-    offsets = spec.sentences.map((_, s) => {
-      const off = {};
-      for (const kind of Object.keys(KINDS)) {
-        const [q, k] = tokens(s, kind);
-        off[kind] = at;
-        at += N[kind] * H * q.length * k.length;
-      }
-      return off;
-    });
-    if (spec.data !== undefined) {
-      return bytesOf().then((bytes) => {
-        if (at !== bytes.length) throw new Error(`data has ${bytes.length} bytes, shapes ${at}`);
-        weights = Float32Array.from(bytes, (b) => b / spec.levels);
-      });
-    }
-    weights = new Float32Array(at); // nested arrays [N][h][q][k] per sentence and kind
-    for (let s = 0; s < spec.sentences.length; s++) {
-      for (const kind of Object.keys(KINDS)) {
-        const flat = [spec.sentences[s][kind]].flat(4);
-        const [q, k] = tokens(s, kind);
-        if (flat.length !== N[kind] * H * q.length * k.length) {
-          return Promise.reject(new Error(`sentence ${s}: ${kind} has ${flat.length} ` +
-            `weights, expected ${N[kind]}x${H}x${q.length}x${k.length}`));
-        }
-        weights.set(flat, offsets[s][kind]);
-      }
-    }
-    return Promise.resolve();
-  }
-  // Weight of query i to key j in the current sentence, kind and layer, for one head
-  // or the average of the heads.
-  function weight(head, i, j) {
-    const [q, k] = tokens(state.sentence, state.kind);
-    const base = offsets[state.sentence][state.kind] + state.layer * H * q.length * k.length;
-    const one = (h) => weights[base + (h * q.length + i) * k.length + j];
-    if (head !== "avg") return one(head);
-    let sum = 0;
-    for (let h = 0; h < H; h++) sum += one(h);
-    return sum / H;
-  }
+  const tokens = data.tokens;
+  const weight = (head, i, j) => data.weight(state, head, i, j);
 
   // ---------------------------------------------------------------- DOM helpers
   function el(tag, attrs, text, ns) {
@@ -209,10 +147,7 @@ function atkitAttentionView(target, spec, tries) {
   const readout = el("p", { class: "atv-readout", "aria-live": "polite" });
 
   function set(change) {
-    if ("head" in change && change.head !== "avg") change.head = Number(change.head);
-    if ("layer" in change) change.layer = Number(change.layer);
-    Object.assign(state, change);
-    state.layer = Math.min(state.layer, N[state.kind] - 1);
+    Object.assign(state, data.select(state, change));
     render();
   }
   function drawControls() {
@@ -411,7 +346,7 @@ function atkitAttentionView(target, spec, tries) {
   svg.addEventListener("blur", () => state.pinned || hover(null));
 
   // ---------------------------------------------------------------- start
-  return load().then(() => {
+  return data.load().then(() => {
     const fallback = root.querySelector(".atv-fallback");
     if (fallback) fallback.remove();
     root.append(controls, caption, legend, help, scale, figure, readout);
@@ -441,3 +376,98 @@ function atkitAttentionView(target, spec, tries) {
     if (typeof target !== "string") throw err; // a caller of the entry point hears of it
   });
 }
+
+// The view's data, apart from the page (tests/js runs it in Node): the tokens that are
+// the queries and the keys of each kind, the weights of `spec` decoded (`load`), one
+// weight of one head or the heads' average, the selection the view opens on and the
+// selection after a change of the controls. A selection: {sentence, kind, layer, head},
+// layer and head 0-based, head a number or "avg".
+atkitAttentionView.data = function (spec) {
+  "use strict";
+  const AXES = { encoder: ["src", "src"], decoder: ["tgt", "tgt"], cross: ["tgt", "src"] };
+  const N = spec.layers, H = spec.heads;
+  let weights = null; // Float32Array of all weights, in AttentionView.spec's order
+  let offsets = []; // offsets[sentence][kind]: where that (N, h, rows, cols) block starts
+
+  function bytesOf() {
+    const bin = atob(spec.data);
+    const raw = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) raw[i] = bin.charCodeAt(i);
+    if (spec.encoding === "raw") return Promise.resolve(raw);
+    if (typeof DecompressionStream === "undefined") {
+      return Promise.reject(new Error("this browser has no DecompressionStream"));
+    }
+    const stream = new Blob([raw]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Response(stream).arrayBuffer().then((b) => new Uint8Array(b));
+  }
+  // [queries, keys]: the token lists of sentence s for one kind
+  function tokens(s, kind) {
+    const sent = spec.sentences[s];
+    return AXES[kind].map((side) => sent[side]);
+  }
+  function load() {
+    let at = 0;
+    offsets = spec.sentences.map((_, s) => {
+      const off = {};
+      for (const kind of Object.keys(AXES)) {
+        const [q, k] = tokens(s, kind);
+        off[kind] = at;
+        at += N[kind] * H * q.length * k.length;
+      }
+      return off;
+    });
+    if (spec.data !== undefined) {
+      return bytesOf().then((bytes) => {
+        if (at !== bytes.length) throw new Error(`data has ${bytes.length} bytes, shapes ${at}`);
+        weights = Float32Array.from(bytes, (b) => b / spec.levels);
+      });
+    }
+    weights = new Float32Array(at); // nested arrays [N][h][q][k] per sentence and kind
+    for (let s = 0; s < spec.sentences.length; s++) {
+      for (const kind of Object.keys(AXES)) {
+        const flat = [spec.sentences[s][kind]].flat(4);
+        const [q, k] = tokens(s, kind);
+        if (flat.length !== N[kind] * H * q.length * k.length) {
+          return Promise.reject(new Error(`sentence ${s}: ${kind} has ${flat.length} ` +
+            `weights, expected ${N[kind]}x${H}x${q.length}x${k.length}`));
+        }
+        weights.set(flat, offsets[s][kind]);
+      }
+    }
+    return Promise.resolve();
+  }
+  // Weight of query i to key j in the selection's sentence, kind and layer, for one
+  // head or the average of the heads.
+  function weight(sel, head, i, j) {
+    const [q, k] = tokens(sel.sentence, sel.kind);
+    const base = offsets[sel.sentence][sel.kind] + sel.layer * H * q.length * k.length;
+    const one = (h) => weights[base + (h * q.length + i) * k.length + j];
+    if (head !== "avg") return one(head);
+    let sum = 0;
+    for (let h = 0; h < H; h++) sum += one(h);
+    return sum / H;
+  }
+  // spec.start, else the last layer's decoder-source attention, head 1; the layer
+  // within the kind's layers.
+  function start() {
+    const s = spec.start || {};
+    const kind = AXES[s.kind] ? s.kind : "cross";
+    const layer = s.layer === undefined ? N.cross - 1 : s.layer;
+    return { sentence: 0, kind, layer: Math.max(0, Math.min(layer, N[kind] - 1)),
+      head: s.head === undefined ? 0 : s.head };
+  }
+  // The selection after `change` (values as the controls hold them, strings too);
+  // a layer beyond the kind's last becomes its last.
+  function select(sel, change) {
+    const out = { sentence: sel.sentence, kind: sel.kind, layer: sel.layer, head: sel.head };
+    Object.assign(out, change);
+    if ("head" in change && change.head !== "avg") out.head = Number(change.head);
+    if ("layer" in change) out.layer = Number(change.layer);
+    out.layer = Math.min(out.layer, N[out.kind] - 1);
+    return out;
+  }
+  return { heads: H, layers: N, kinds: Object.keys(AXES), tokens, load, weight, start, select };
+};
+
+// Node (the unit tests in tests/js) loads this file as a CommonJS module.
+if (typeof module === "object" && module.exports) module.exports = atkitAttentionView;

@@ -916,3 +916,6 @@
 
   root.atkitTranslator = { load, InputError, SpacyTokenizer, SentencePieceBPE, Transformer, fromBase64, inflate };
 })(typeof globalThis !== "undefined" ? globalThis : this);
+
+// Node (the unit tests in tests/js) loads this file as a CommonJS module: the same API.
+if (typeof module === "object" && module.exports) module.exports = globalThis.atkitTranslator;

@@ -450,6 +450,56 @@ def test_page_answers_bad_input_with_a_message(opened):
     assert view == ["1", "cross", "1"], "the view opens on decoder-source attention"
 
 
+RACING_CLICKS = """async ([first, second]) => {
+  const tr = await atkitPage.translator("de-en");
+  document.querySelector('input[name="search"][value="greedy"]').checked = true;
+  const buttons = document.querySelectorAll("#tr-examples button");
+  const examples = [first, second].map((i) => buttons[i].textContent);
+  const want = examples.map((t) => tr.translateSync(t));
+  document.body.dataset.state = "submitted";
+  buttons[first].click();  // its translation starts: the page is busy
+  buttons[second].click();  // a moment later (0 ms): the reader's last click
+  await new Promise((resolve) => {
+    const wait = () => ["done", "error"].includes(document.body.dataset.state)
+      ? resolve() : setTimeout(wait, 5);
+    wait();
+  });
+  const view = document.querySelector("#tr-view .atv-data");
+  return {
+    examples,
+    want: want.map((r) => r.text),
+    wantTgt: tr.attention(want[1]).tgt,
+    wantWords: want[1].words.length,
+    box: document.getElementById("tr-input").value,
+    state: document.body.dataset.state,
+    status: document.getElementById("tr-status").textContent,
+    translation: document.getElementById("tr-translation").textContent,
+    details: document.getElementById("tr-details").textContent,
+    viewTgt: view && JSON.parse(view.textContent).sentences[0].tgt,
+  };
+}"""
+
+
+def test_racing_example_clicks_show_the_last_ones_translation(opened):
+    """Issue 56: two example buttons clicked within a few milliseconds (here the
+    second while the first one's translation has just started). The page used to drop
+    the second request while busy, although the button had put its text in the box:
+    the box showed example 4, the output was example 2's. Now the latest request
+    wins: the box, the translation, its details and the attention view all belong to
+    the last click."""
+    got = opened.evaluate(RACING_CLICKS, [1, 3])
+    assert got["want"][0] != got["want"][1], "the two examples must translate apart"
+    assert got["state"] == "done" and got["status"] == "", got
+    assert got["box"] == got["examples"][1]
+    assert got["translation"] == got["want"][1], (
+        f"the box shows {got['box']!r} but the output is {got['translation']!r}, "
+        f"not its translation {got['want'][1]!r}"
+    )
+    assert got["details"].startswith(f"{got['wantWords']} words"), got["details"]
+    assert got["viewTgt"] == got["wantTgt"], "the attention view is of another output"
+    assert not opened.errors, f"script errors: {opened.errors}"
+
+
 def test_page_loads_nothing_but_its_files(opened, exported, browser, server):
     local = {u for u in opened.requests if u.startswith("file://")}
     assert local == {
