@@ -13,7 +13,12 @@ from __future__ import annotations
 import json
 import math
 
-from tools import js_golden
+import pytest
+
+from conftest import lazy
+
+js_golden = lazy("tools.js_golden")
+
 
 GOLDEN = js_golden.GOLDEN
 BUDGET = 200_000  # bytes: the golden files together stay small
@@ -34,6 +39,7 @@ def same(a, b, tol=2e-6) -> bool:
     return a == b
 
 
+@pytest.mark.training  # it learns a sentencepiece model: seconds
 def test_golden_files_are_what_the_notebooks_code_gives_now(lib):
     files = js_golden.golden(lib)
     committed = sorted(p.name for p in GOLDEN.iterdir())

@@ -33,9 +33,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from atkit import attention_view, export
+from atkit import attention_view
 from atkit.files import write_text_atomic
 from tools.errors import run_main
 
@@ -142,7 +141,7 @@ def seeded_weights(lib, model, seed: int) -> None:
     +-MATRIX_SCALE, vectors near 0, LayerNorm gains near 1 (no randomness of torch's,
     whose normal draws differ between CPUs)."""
     rng = np.random.default_rng(seed)
-    with torch.no_grad():
+    with lib.torch.no_grad():
         for name, p in model.named_parameters():  # a tied matrix comes once
             codes = rng.integers(-127, 128, tuple(p.shape))
             if name.endswith(".gamma"):
@@ -151,7 +150,7 @@ def seeded_weights(lib, model, seed: int) -> None:
                 values = codes / 1016
             else:
                 values = codes / 127 * MATRIX_SCALE
-            p.copy_(torch.from_numpy(values.astype(np.float32)))
+            p.copy_(lib.torch.from_numpy(values.astype(np.float32)))
         model.generator.proj.bias[lib.EOS] = EOS_BIAS
 
 
@@ -167,9 +166,9 @@ def post_norm(lib, cfg, state):
 def greedy_margin(lib, model, src, out, ended) -> float:
     """The smallest gap between the best and the second log-probability over the
     steps greedy decoding decided (teacher-forced on its own output)."""
-    tgt = torch.tensor([[lib.BOS, *out]])
-    s = torch.tensor([src])
-    with torch.no_grad():
+    tgt = lib.torch.tensor([[lib.BOS, *out]])
+    s = lib.torch.tensor([src])
+    with lib.torch.no_grad():
         x = model(
             s, tgt, (s != lib.PAD).unsqueeze(-2), lib.subsequent_mask(tgt.size(1))
         )
@@ -188,9 +187,9 @@ def decoded(lib, ys) -> list[int]:
 
 def search(lib, model, src, limit, beam=None):
     """(output ids, whether it ended with </s>) of one framed source."""
-    s = torch.tensor([src])
+    s = lib.torch.tensor([src])
     mask = (s != lib.PAD).unsqueeze(-2)
-    limits = torch.tensor([limit])
+    limits = lib.torch.tensor([limit])
     step = lib.CachedDecoderStepper
     if beam is None:
         ys = lib.greedy_decode(model, s, mask, limits, lib.BOS, lib.EOS, stepper=step)
@@ -374,6 +373,8 @@ def attention_cases() -> dict:
 
 def model_file(lib) -> str:
     """The tiny model as a model file of atkit/export.py (see the docstring)."""
+    from atkit import export
+
     root = str(lib.corpus.data_root())
     sentences = [
         s
@@ -449,7 +450,7 @@ def main(argv=None) -> int:
     import nbexport
 
     lib = nbexport.load()
-    torch.set_num_threads(1)
+    lib.torch.set_num_threads(1)
     files = golden(lib)
     if args.check:
         stale = [
