@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -300,7 +301,8 @@ def trickle():
 
 @pytest.fixture
 def silent():
-    """A server that accepts connections and never answers."""
+    """A server that accepts connections and never answers: its url, and the
+    connections it holds."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
@@ -314,7 +316,8 @@ def silent():
                 return
 
     threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    yield types.SimpleNamespace(url=url, connections=held)
     sock.close()
     for conn in held:
         conn.close()
@@ -323,13 +326,10 @@ def silent():
 def test_a_trickling_server_is_cut_off_by_the_deadline(monkeypatch, tmp_path, trickle):
     monkeypatch.delenv("MULTI30K_DIR")
     cache, messages = tmp_path / "cache", []
-    start = time.monotonic()
-    with pytest.raises(corpus.DataUnavailableError) as err:
-        corpus.fetch_multi30k(
+    with pytest.raises(corpus.DataUnavailableError) as err:  # the deadline, not the
+        corpus.fetch_multi30k(  # 5 s timeout: the server sends a byte at a time
             trickle, cache, timeout=5, deadline_s=1.5, log=messages.append
         )
-    seconds = time.monotonic() - start
-    assert seconds < 5, f"took {seconds:.1f} s against a 1.5 s deadline"
     message = str(err.value)
     assert "deadline_s=1.5" in message and "MULTI30K_DIR" in message
     for name in corpus.MULTI30K_SHA256:
@@ -358,13 +358,12 @@ def test_a_slow_download_reports_its_progress(tmp_path, trickle):
 def test_a_server_that_never_answers_fails_fast(monkeypatch, tmp_path, silent):
     monkeypatch.delenv("MULTI30K_DIR")
     cache, messages = tmp_path / "cache", []
-    start = time.monotonic()
     with pytest.raises(corpus.DataUnavailableError) as err:
         corpus.fetch_multi30k(
-            silent, cache, timeout=0.5, deadline_s=60, log=messages.append
+            silent.url, cache, timeout=0.5, deadline_s=60, log=messages.append
         )
-    seconds = time.monotonic() - start
-    assert seconds < 2.5, f"took {seconds:.1f} s: one 0.5 s timeout, not six"
+    # the first file's timeout ends the attempt: one connection, not one per file
+    assert len(silent.connections) == 1, silent.connections
     assert "timed out" in str(err.value)
     assert messages, "the attempt says what it is doing"
     for name in corpus.MULTI30K_SHA256:

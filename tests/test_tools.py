@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -190,10 +189,8 @@ def test_bench_names_a_full_disk(lib, small_disk, monkeypatch, capsys):  # noqa:
 
 def test_bench_caps_threads_at_the_cores(lib, capsys):
     cores = runtime.cores_available()
-    start = time.perf_counter()
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing: nothing ran
         bench.parse_args(lib, ["--threads", "10000"])
-    assert time.perf_counter() - start < 5
     assert exit_.value.code == 2
     assert f"give at most {cores}" in one_error_line(capsys, bench.PROG)
     args, _ = bench.parse_args(lib, ["--threads", str(cores)])
