@@ -1089,10 +1089,7 @@ def test_out_is_refused_before_any_work(tmp_path, monkeypatch, kind):
 def test_out_refused_on_the_command_line(tmp_path):
     """The command line refuses a folder in one line, fast, exit status 2; any other
     error reaching the top is one `error:` line too (tools/errors.py)."""
-    import time
-
     nb_path = synthetic_notebook(tmp_path)
-    t0 = time.monotonic()
     done = subprocess.run(
         [
             sys.executable,
@@ -1114,7 +1111,6 @@ def test_out_refused_on_the_command_line(tmp_path):
         "python -m tools.render_page: error: --out "
     ), done.stderr
     assert "is a folder; give the page's file name" in lines[0]
-    assert time.monotonic() - t0 < 60
     code = (
         "import sys; from tools import errors, render_page as r\n"
         "def boom(*a, **k): raise RuntimeError('disk on fire')\n"
