@@ -135,7 +135,7 @@ test: lint pytest test-js
 # are named, so that a slow test that lost its marker shows.
 FAST := not (training or process or browser or notebook)
 test-fast: setup export
-	AT_PRESET=ci $(PY) -m pytest tests -m "$(FAST)" -q -p no:cacheprovider \
+	AT_PRESET=ci $(PY) -m pytest tests -m "$(FAST)" -q -p no:cacheprovider -n $(WORKERS) \
 		--durations=5 $(PYTEST_ARGS)
 	node --test --test-reporter=dot tests/js/
 
