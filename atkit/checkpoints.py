@@ -334,6 +334,7 @@ def resume_state(ckpt_dir: Path, log=print):
                         f"{path}: not a training state of this notebook (no {missing})"
                     )
                 check_format(state, str(path))
+                check_training_state(state, path)
                 if errors:
                     log(f"{errors[-1]}; resuming from {name} instead")
                 return path, state
@@ -345,6 +346,83 @@ def resume_state(ckpt_dir: Path, log=print):
             "the folder's checkpoints) to start this run again."
         )
     return None
+
+
+def _count(x, low=0) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
+def _amount(x) -> bool:
+    """A finite number of at least 0 (a loss, seconds)."""
+    ok = isinstance(x, int | float) and not isinstance(x, bool)
+    return ok and math.isfinite(x) and x >= 0
+
+
+def training_state_problem(state: dict) -> str | None:
+    """What is wrong with the progress, history and ranks of a training state, in
+    words; None if they are what `train` writes: counts that are counts, a history
+    of one entry per evaluation, a best step among those evaluated (the lowest
+    validation loss), no step beyond the run's budget, one random state per
+    process."""
+    p, h, ranks = state["progress"], state["history"], state["ranks"]
+    if not (isinstance(p, dict) and isinstance(h, dict) and isinstance(ranks, list)):
+        return "its progress, history or ranks is not what a run saves"
+    for key in ("step", "epoch", "batch", "ntokens"):
+        if not _count(p.get(key)):
+            return f"progress[{key!r}] is {p.get(key)!r}, not a count"
+    if not _amount(p.get("loss")):
+        return f"progress['loss'] is {p.get('loss')!r}"
+    budget = state["config"].get("steps") if isinstance(state["config"], dict) else 0
+    if _count(budget) and p["step"] > budget:
+        return f"it says {p['step']} steps are done, of a run of {budget}"
+    steps = h.get("steps")
+    if not (
+        isinstance(steps, list)
+        and all(_count(s, 1) for s in steps)
+        and steps == sorted(set(steps))
+    ):
+        return "history['steps'] is not a rising list of steps"
+    if steps and steps[-1] > p["step"]:
+        return f"its history reaches step {steps[-1]}, its progress step {p['step']}"
+    for key in ("train_loss", "val_loss", "time_s"):
+        values = h.get(key)
+        if not (
+            isinstance(values, list)
+            and len(values) == len(steps)
+            and all(_amount(v) for v in values)
+        ):
+            return f"history[{key!r}] does not hold one number per evaluation"
+    if not (_amount(h.get("train_time_s")) and _count(h.get("tokens"))):
+        return "history['train_time_s'] or history['tokens'] is not a number"
+    best = h.get("best_step")
+    if (best is None) != (not steps) or (best is not None and best not in steps):
+        return f"history['best_step'] is {best!r}, not one of the steps evaluated"
+    if steps and h["val_loss"][steps.index(best)] != min(h["val_loss"]):
+        return f"history['best_step'] ({best}) is not the lowest validation loss"
+    if not isinstance(h.get("run_id", ""), str):
+        return f"history['run_id'] is {h['run_id']!r}"
+    size = h.get("world_size")
+    if not (_count(size, 1) and len(ranks) == size):
+        return f"it has {len(ranks)} ranks' states for {size!r} processes"
+    for rank in ranks:
+        if not (
+            isinstance(rank, dict)
+            and isinstance(rank.get("rng"), dict)
+            and torch.is_tensor(rank["rng"].get("torch"))
+            and _amount(rank.get("loss"))
+            and _count(rank.get("ntokens"))
+        ):
+            return "the state of a process (ranks) is not what a run saves"
+    return None
+
+
+def check_training_state(state: dict, path) -> dict:
+    """`state` if its progress, history and ranks are what `train` writes; else a
+    CheckpointError that names the file and what is wrong with it."""
+    problem = training_state_problem(state)
+    if problem:
+        raise CheckpointError(f"{path} was edited or damaged: {problem}")
+    return state
 
 
 def changed_settings(saved: dict, wanted: dict, resumable) -> list[str]:

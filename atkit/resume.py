@@ -24,6 +24,7 @@ the notebook's `SingleProcess` or its data-parallel kind (Part 5): `rank`, `size
 from __future__ import annotations
 
 import contextlib
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +56,15 @@ def _new_history() -> dict:
         tokens=0,
         best_step=None,
         world_size=1,
+        run_id=new_run_id(),
     )
+
+
+def new_run_id() -> str:
+    """A run's identity, drawn when it starts (never from the seed: two runs with the
+    same settings are still two runs). last.pt keeps it in the history, and every
+    snapshot carries it, so that a file copied in from another run is told apart."""
+    return secrets.token_hex(6)
 
 
 @dataclass
@@ -243,8 +252,39 @@ def save_snapshot(run: TrainingRun, world, val_loss: float) -> int:
         run.data.vocab_tgt,
         step=step,
         val_loss=val_loss,
+        **_identity(run.history),
     )
     return checkpoints.save_checkpoint(snapshot, snapshot_path(run.ckpt_dir, step))
+
+
+def _identity(history: dict) -> dict:
+    """{"run_id": ...} for a snapshot; nothing for a run that an older version of
+    this module started (its last.pt has no id)."""
+    run_id = history.get("run_id")
+    return {} if run_id is None else {"run_id": run_id}
+
+
+def load_snapshot(ckpt_dir, history: dict, step: int) -> dict:
+    """The snapshot of `step` in ckpt_dir, checked to be the one that the run whose
+    `history` this is wrote there: the same run id, step and validation loss (a
+    file that lacks one, written by an older version, is not held to it). Anything
+    else, such as another run's snapshot copied in under this name, is refused."""
+    path = snapshot_path(ckpt_dir, step)
+    state = checkpoints.check_format(checkpoints.load_checkpoint(path), str(path))
+    if step not in history["steps"]:
+        raise ValueError(f"the run's history has no evaluation at step {step}")
+    val = history["val_loss"][history["steps"].index(step)]
+    found = (state.get("run_id"), state.get("step"), state.get("val_loss"))
+    wanted = (history.get("run_id"), step, val)
+    what = ("run id", "step", "validation loss")
+    for name, a, b in zip(what, found, wanted, strict=True):
+        if a is not None and b is not None and a != b:
+            raise checkpoints.CheckpointError(
+                f"{path} is not this run's snapshot: its {name} is {a!r} where this "
+                f"run has {b!r} (another run's file, copied here?); move it away and "
+                "put back this run's own, or train the run again (fresh)"
+            )
+    return state
 
 
 def kept_steps(history: dict, keep: int) -> set[int]:
@@ -289,7 +329,9 @@ def branch_run(src_dir, dst_dir, cfg, step: int, may_differ, log=print) -> bool:
                 f"cannot branch {dst_dir} at step {step}: {src_dir} holds {where}; "
                 f"train it with max_steps={step} first (on a fresh folder)"
             )
-        state = dict(found[1], config=cfg.to_dict())
+        # a run of its own from here: a new id, which the copied snapshots carry
+        history = dict(found[1]["history"], run_id=new_run_id())
+        state = dict(found[1], config=cfg.to_dict(), history=history)
         changed = checkpoints.changed_settings(
             found[1]["config"],
             state["config"],
@@ -301,8 +343,8 @@ def branch_run(src_dir, dst_dir, cfg, step: int, may_differ, log=print) -> bool:
                 f"and only {sorted(may_differ)} may"
             )
         for s in kept_steps(state["history"], cfg.keep):
-            snap = checkpoints.load_checkpoint(snapshot_path(src_dir, s))
-            snap["config"] = state["config"]
+            snap = load_snapshot(src_dir, found[1]["history"], s)
+            snap.update(config=state["config"], **_identity(history))
             checkpoints.save_checkpoint(snap, snapshot_path(dst_dir, s))
         checkpoints.save_checkpoint(state, dst_dir / "last.pt")
     log(f"{dst_dir.name}: branched from {src_dir.name} at step {step}")

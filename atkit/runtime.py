@@ -237,6 +237,74 @@ def compile_works(device) -> tuple[bool, str]:
     return (cc is not None), (cc or "no C++ compiler for compiled CPU kernels")
 
 
+def compiled_or_eager(model, log=print, **options):
+    """torch.compile(model, **options), or `model` itself, with one line said, where
+    compiling fails: when torch.compile is called, or at a call of the compiled
+    model, which compiles lazily (at its first call, and again for a shape it has not
+    seen). Triton supports some GPUs only loosely (a T4, sm75): a run goes on
+    uncompiled rather than stop."""
+    try:
+        compiled = torch.compile(model, **options)
+    except Exception as err:  # whatever it is, the model runs as it is
+        log(_uncompiled(err))
+        return model
+    return EagerOnFailure(compiled, model, log)
+
+
+def _uncompiled(err: Exception) -> str:
+    why = (str(err).strip().splitlines() or [""])[0][:160]
+    return (
+        f"torch.compile failed here ({type(err).__name__}: {why}); the run goes on "
+        "uncompiled (slower, nothing else changes)"
+    )
+
+
+class EagerOnFailure:
+    """A compiled model that becomes the model itself, for good, at the first call
+    that fails. That call is made again uncompiled, from the random state it started
+    with if it was the first: a run whose compiling fails at its first step computes
+    what an uncompiled run does. An error that the uncompiled model raises too is
+    the model's own: it is raised as it is, and nothing is said. Everything else
+    (train(), no_sync, _orig_mod) is the compiled model's."""
+
+    def __init__(self, compiled, model, log=print):
+        self.__dict__.update(net=compiled, model=model, log=log, first=True)
+
+    def __call__(self, *args, **kwargs):
+        if self.net is self.model:
+            return self.model(*args, **kwargs)
+        rng = _random_state(self.model) if self.first else None
+        self.first = False
+        try:
+            return self.net(*args, **kwargs)
+        except Exception as err:  # the model, run below, says if it is its own
+            failure = err
+        if rng is not None:
+            _set_random_state(rng)
+        out = self.model(*args, **kwargs)
+        self.log(_uncompiled(failure))
+        self.net = self.model
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["net"], name)
+
+
+def _random_state(model):
+    """The CPU generator's state and, for a model on a GPU, that GPU's."""
+    parameters = getattr(model, "parameters", None)
+    p = next(parameters(), None) if callable(parameters) else None
+    gpu = p.device if p is not None and p.device.type == "cuda" else None
+    return torch.get_rng_state(), gpu, torch.cuda.get_rng_state(gpu) if gpu else None
+
+
+def _set_random_state(state) -> None:
+    cpu, gpu, gpu_state = state
+    torch.set_rng_state(cpu)
+    if gpu is not None:
+        torch.cuda.set_rng_state(gpu_state, gpu)
+
+
 # ------------------------------------------------------------------ the Setup cell
 
 

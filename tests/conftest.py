@@ -592,6 +592,23 @@ def stop(run):
         run.proc.wait()
 
 
+def colab_env(repo) -> dict:
+    """The environment of a kernel that runs a notebook as Colab does, cloning `repo`
+    (a file:// stand-in for GitHub): the checkout is not importable (the Setup cell
+    fetches it); packages stay where this machine keeps them (the GPU check's
+    /tmp/site is on PYTHONPATH); the ci preset."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if inherited_pythonpath():
+        env["PYTHONPATH"] = os.pathsep.join(inherited_pythonpath())
+    env.update(
+        AT_REPO_URL=f"file://{repo}",
+        AT_PRESET="ci",
+        AT_PROGRESS="0",
+        MULTI30K_DIR=str(DATA),
+    )
+    return env
+
+
 def start_colab_run(tmp):
     """The .ipynb executed as Colab runs it, in a process of its own: the file alone
     in an empty folder, its Setup cell cloning this working tree from a file:// URL,
@@ -605,17 +622,7 @@ def start_colab_run(tmp):
     colab = tmp / "content"
     colab.mkdir()
     shutil.copy(NOTEBOOK, colab / NOTEBOOK.name)
-    # the checkout must not be importable (the Setup cell fetches it); packages stay
-    # where this machine keeps them (the GPU check's /tmp/site is on PYTHONPATH)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if inherited_pythonpath():
-        env["PYTHONPATH"] = os.pathsep.join(inherited_pythonpath())
-    env.update(
-        AT_REPO_URL=f"file://{repo}",
-        AT_PRESET="ci",
-        AT_PROGRESS="0",
-        MULTI30K_DIR=str(DATA),
-    )
+    env = colab_env(repo)
     executed = tmp / "executed.ipynb"
     args = [NOTEBOOK.name, str(executed), str(colab), str(tmp / "status")]
     log = tmp / "run.log"
@@ -649,8 +656,8 @@ def wait_for_status(folder: Path, what: str) -> int:
 @pytest.fixture(scope="session")
 def colab_run(request):
     """The Colab-style run, started when the tests were collected, awaited here.
-    Returns `nb` (the executed notebook) and `folder` (Colab's /content: the
-    notebook, and the clone in at-repo/)."""
+    Returns `nb` (the executed notebook), `folder` (Colab's /content: the
+    notebook, and the clone in at-repo/) and `repo` (what it cloned)."""
     import nbformat
 
     config = request.config
@@ -670,7 +677,52 @@ def colab_run(request):
     return types.SimpleNamespace(
         nb=nbformat.read(run.folder / "executed.ipynb", 4),
         folder=run.folder / "content",
+        repo=run.folder / "github",
     )
+
+
+def add_commit(repo, name: str, text: str) -> str:
+    """A new commit in the stand-in for GitHub (a file written); its short hash."""
+    (Path(repo) / name).write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    for args in (["add", name], ["commit", "-q", "-m", f"add {name}"]):
+        subprocess.run(git + args, check=True)
+    head = subprocess.run(
+        git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return head.stdout.strip()
+
+
+def restarted_session(folder, repo, cells, timeout=600):
+    """`cells` (code) run in a fresh kernel in `folder`, as after Colab's "Restart
+    session": the disk, with at-repo/ and its checkpoints, is as the last session
+    left it. Returns the executed notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(source) for source in cells],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=True,  # every cell runs; the caller counts the errors
+        resources={"metadata": {"path": folder}},
+    )
+    client.execute(cwd=str(folder), env=colab_env(repo))
+    return nb
+
+
+def cell_errors(nb) -> list[str]:
+    """Each error output of an executed notebook, as 'Name: value'."""
+    return [
+        f"{o.ename}: {o.evalue}"
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.output_type == "error"
+    ]
 
 
 # ----------------------------------------------- headless Chromium (page tests)

@@ -55,3 +55,38 @@ def test_checked_cells_print_their_committed_outputs(colab_run):
     assert len(pairs) >= 10, "the tagged cells went missing"
     for mine, fresh in pairs:
         assert _texts(fresh) == _texts(mine), mine.source[:80]
+
+
+def test_a_restarted_session_reuses_its_clone_and_updates_it(colab_run):
+    """Colab's "Restart session" keeps the disk. Setup, run again in a fresh kernel in
+    the same folder, finds at-repo/ (a second clone would fail there), fast-forwards
+    it to the newer commit that GitHub has by then, says so in one line, and the
+    cells after it run; the run that part 3 saved is still found to resume from."""
+    import subprocess
+
+    from conftest import add_commit, cell_errors, restarted_session
+
+    clone = colab_run.folder / "at-repo"
+    before = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    newer = add_commit(colab_run.repo, "NEWER.md", "pushed while Colab restarted\n")
+    code = [c.source for c in colab_run.nb.cells if c.cell_type == "code"]
+    resumes = (
+        "from atkit import checkpoints\n"
+        "print(checkpoints.resume_state(runtime.checkpoint_root(PRESET) / 'part3')[0])"
+    )
+    again = restarted_session(colab_run.folder, colab_run.repo, [*code[:8], resumes])
+    errors = cell_errors(again)
+    assert not errors, f"{len(errors)} of {len(again.cells)} cells failed: {errors[:3]}"
+    said = [o.text for o in again.cells[0].outputs if o.output_type == "stream"]
+    assert said == [
+        f"at-repo, kept from before the restart: updated from commit {before} to "
+        f"{newer}; your checkpoints stay\n"
+    ], said
+    assert (clone / "NEWER.md").is_file()
+    found = again.cells[-1].outputs[0].text.strip()
+    assert found == "checkpoints/ci/part3/last.pt", found

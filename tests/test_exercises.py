@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -17,7 +18,16 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from conftest import DATA, ROOT, inherited_pythonpath, lazy, snapshot_repository
+from conftest import (
+    DATA,
+    ROOT,
+    add_commit,
+    cell_errors,
+    inherited_pythonpath,
+    lazy,
+    restarted_session,
+    snapshot_repository,
+)
 
 torch = lazy("torch")
 F = lazy("torch.nn.functional")
@@ -1117,6 +1127,55 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
         else:
             assert text == repr(check.Verdict(called[0], "not done", check.NOT_DONE))
     assert (colab / "at-repo" / "build" / "annotated_transformer_lib.py").is_file()
+
+
+def test_a_restarted_session_reuses_its_clone(tmp_path):
+    """Colab's "Restart session" keeps the disk: Setup, run again in a fresh kernel,
+    finds at-repo/ instead of cloning into it again. It updates the clone only where
+    that is safe; without GitHub (here: its stand-in moved away) it says in one line
+    that the clone is used as it is, and the session goes on."""
+    repo = tmp_path / "github"
+    repo.mkdir()
+    snapshot_repository(repo)
+    colab = tmp_path / "content"
+    colab.mkdir()
+    code = [c.source for c in notebook_cells() if c.cell_type == "code"][:4]
+    assert code[-1].startswith("check.layer_norm(")
+    done = repr(check.Verdict("layer_norm", "not done", check.NOT_DONE))
+    kept = "at-repo, kept from before the restart"
+
+    def session(origin=repo):
+        nb = restarted_session(colab, origin, code)
+        errors = cell_errors(nb)
+        assert not errors, f"{len(errors)} of {len(nb.cells)} cells failed: {errors}"
+        assert nb.cells[-1].outputs[0].data["text/plain"] == done
+        return [o.text for o in nb.cells[0].outputs if o.output_type == "stream"]
+
+    assert session() == []  # the first: it clones, quietly
+    first = head(colab / "at-repo")
+    assert session() == [f"{kept}: up to date (commit {first})\n"]
+    newer = add_commit(repo, "NEWER.md", "a newer version\n")
+    offline = tmp_path / "unreachable"
+    repo.rename(offline)
+    said = session(origin=offline)
+    assert len(said) == 1 and said[0].startswith(f"{kept}: not updated ("), said
+    assert said[0].endswith(f"; used as it is (commit {first})\n"), said
+    assert not (colab / "at-repo" / "NEWER.md").exists()
+    offline.rename(repo)
+    assert session() == [
+        f"{kept}: updated from commit {first} to {newer}; your checkpoints stay\n"
+    ]
+    assert (colab / "at-repo" / "NEWER.md").exists()
+
+
+def head(clone) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
 
 
 @pytest.fixture(autouse=True)

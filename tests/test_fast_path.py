@@ -327,6 +327,61 @@ def test_compile_option_is_off_by_default(lib):
     assert compiled is not m and compiled._orig_mod is m
 
 
+class FailingCompile(torch.nn.Module):
+    """What torch.compile gives where Triton cannot build the kernels of this GPU
+    (faked): a compiled model whose call raises."""
+
+    def __init__(self, model):
+        super().__init__()
+        self._orig_mod = model
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("triton: sm75 is not supported by this kernel\n(faked)")
+
+
+@pytest.mark.parametrize("where", ["at torch.compile", "at the first call"])
+def test_a_compile_that_fails_falls_back_to_eager(lib, monkeypatch, tmp_path, where):
+    """The gpu preset compiles; on a T4 Triton may fail, when torch.compile is called
+    or, as it compiles lazily, at the first step. The run goes on uncompiled, says
+    so in one line, and ends with exactly the weights of an uncompiled run."""
+    from conftest import copy_cfg, quiet
+
+    cfg = copy_cfg(lib)
+    data = lib.copy_task_data(cfg)
+    eager, _ = lib.train(cfg, data, tmp_path / "eager", "cpu", log=quiet)
+
+    def compile(model, **options):
+        if where == "at torch.compile":
+            raise RuntimeError("triton: sm75 is not supported\n(faked)")
+        return FailingCompile(model)
+
+    monkeypatch.setattr(runtime, "compile_works", lambda device: (True, "faked"))
+    monkeypatch.setattr(torch, "compile", compile)
+    said = []
+    model, history = lib.train(
+        cfg.updated(compile=True), data, tmp_path / "compiled", "cpu", log=said.append
+    )
+    failed = [line for line in said if "torch.compile failed" in line]
+    assert len(failed) == 1, said
+    assert "sm75" in failed[0] and "uncompiled" in failed[0] and "\n" not in failed[0]
+    assert history["steps"] == [4, 8]
+    for (name, a), b in zip(
+        eager.state_dict().items(), model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_an_error_of_the_model_itself_is_not_blamed_on_compiling(monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: FailingCompile(model))
+    said = []
+    net = runtime.compiled_or_eager(torch.nn.Linear(2, 2), said.append)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        net(torch.zeros(1, 3))  # wrong for the model, compiled or not
+    assert said == []
+    assert net(torch.zeros(1, 2)).shape == (1, 2)  # compiling fails: eager from now
+    assert len(said) == 1 and net.net is net.model
+
+
 def test_sdpa_attention_drops_out_only_in_training(lib):
     torch.manual_seed(0)
     mha = lib.MultiHeadedAttention(2, 16, P_drop_attn=0.5, attn_impl="sdpa").eval()

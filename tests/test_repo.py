@@ -414,3 +414,15 @@ def test_readme_results_refuses_a_missing_file_before_any_work(tmp_path, capsys)
     err = capsys.readouterr().err
     assert status == 2 and err.count("error:") == 1 and "no such file" in err
     assert "Traceback" not in err
+
+
+def test_the_packages_colab_installs_are_pinned_as_in_requirements():
+    """The Setup cell installs on Colab what it lacks (atkit.colab.WANTED), in the
+    versions that requirements.txt pins."""
+    from atkit import colab
+
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    reqs = [line.split("#")[0].strip() for line in lines]
+    pins = dict(req.split("==", 1) for req in reqs if "==" in req)
+    for name, version in colab.WANTED.items():
+        assert pins.get(name) == version, (name, version, pins.get(name))

@@ -381,6 +381,7 @@ def test_resume_gives_the_same_parameters(lib, tiny_run, tmp_path):
     assert len(state["history"]["val_loss"]) == k // cfg.eval_every
     resumed, resumed_history = lib.train(cfg, data, tmp_path, "cpu", log=quiet)
     assert same_weights(model, resumed)
+    assert resumed_history["run_id"] == state["history"]["run_id"]  # the same run
     assert resumed_history["val_loss"] == history["val_loss"]
     assert resumed_history["train_loss"] == history["train_loss"]
     torch.manual_seed(cfg.seed)
@@ -459,6 +460,10 @@ def test_a_branch_shares_the_first_steps_and_ends_as_a_run_from_step_0(
     assert full_history["val_loss"] == tiny_run.history["val_loss"]
     assert branch_history["val_loss"] == alone_history["val_loss"]
     assert not same_weights(branch, full)
+    # a run of its own, whose snapshots (those copied from src too) carry its id
+    assert branch_history["run_id"] != full_history["run_id"]
+    for step in resume.kept_steps(branch_history, eq3.keep):
+        resume.load_snapshot(dst, branch_history, step)
     # a second call finds the branch; a source past the step has nothing to share
     assert not resume.share_steps(train_src, src, dst, eq3, at, {"cooldown"}, quiet)
     said = []
@@ -584,7 +589,22 @@ DAMAGE = {  # how a last.pt may be damaged or edited -> what the error must say
         ["does not fit this run"],
     ),
     "missing": (_edit(("model", "generator.proj.bias"), None), ["does not fit"]),
-    "rank state": (_edit(("ranks", 0, "rng"), None), ["does not fit this run"]),
+    "rank state": (_edit(("ranks", 0, "rng"), None), ["edited or damaged"]),
+    # edited by hand: what the run has done no longer adds up
+    "steps done": (_edit(("progress", "step"), 10**6), ["1000000 steps are done"]),
+    "negative step": (_edit(("progress", "step"), -4), ["progress['step']"]),
+    "best step": (_edit(("history", "best_step"), -4), ["best_step", "-4"]),
+    "not the best": (_edit(("history", "best_step"), 8), ["best_step", "lowest"]),
+    "a loss gone": (_edit(("history", "val_loss"), lambda v: v[1:]), ["val_loss"]),
+    "a loss more": (
+        _edit(("history", "train_loss"), lambda v: v + [0.0]),
+        ["train_loss", "one number per evaluation"],
+    ),
+    "nan loss": (
+        _edit(("history", "val_loss"), lambda v: [math.nan, *v[1:]]),
+        ["val_loss"],
+    ),
+    "no ranks": (_edit(("ranks",), []), ["0 ranks"]),
     "nan": (_edit(("model", "generator.proj.bias"), _nan), ["inf or NaN"]),
     "newer format": (
         _edit(("format",), "annotated-transformer/99"),
@@ -597,6 +617,18 @@ DAMAGE = {  # how a last.pt may be damaged or edited -> what the error must say
     "foreign": (_edit(("format",), "someone-else/3"), ["not a checkpoint of this"]),
 }
 BYTES = ("empty", "truncated", "garbage")
+# edits of the training state only: the weights still load as a model
+EDITED = (
+    "rank state",
+    "steps done",
+    "negative step",
+    "best step",
+    "not the best",
+    "a loss gone",
+    "a loss more",
+    "nan loss",
+    "no ranks",
+)
 
 
 def damage(lib, path, kind):
@@ -622,14 +654,14 @@ def test_a_damaged_last_pt_is_refused_by_name(lib, tiny_run, run_dir, kind):
     for word in DAMAGE[kind][1]:
         assert word in str(e.value), (word, str(e.value))
     assert pt_files(run_dir) == before
-    if kind != "rank state":  # what a model reads is damaged
+    if kind not in EDITED:  # what a model reads is damaged
         with pytest.raises(lib.checkpoints.CheckpointError, match="last.pt") as e:
             lib.model_from_checkpoint(last)
         if "format" in kind:
             assert DAMAGE[kind][1][0] in str(e.value)
 
 
-@pytest.mark.parametrize("kind", [*BYTES, "nan", "newer format"])
+@pytest.mark.parametrize("kind", [*BYTES, "nan", "newer format", *EDITED])
 def test_a_damaged_last_pt_falls_back_to_prev_pt(lib, tiny_run, run_dir, kind):
     """prev.pt (step 16) is one evaluation older: the run resumes from it, says so,
     and ends with exactly the weights of the run that was never damaged."""
@@ -665,6 +697,73 @@ def test_a_checkpoint_with_extra_or_missing_weights(lib, tiny_run):
         lib.model_from_checkpoint({**ckpt, "model": weights})
     with pytest.raises(lib.checkpoints.CheckpointError, match="format"):
         lib.model_from_checkpoint({"model": ckpt["model"]})
+
+
+# ------------------------------------------------- a snapshot of another run
+
+
+@pytest.fixture(scope="module")
+def twins(lib, tmp_path_factory):
+    """Copy-task runs: a and b with the same settings (the same numbers, two runs),
+    c with another seed. Each keeps its snapshots of steps 4 and 8."""
+    root = tmp_path_factory.mktemp("twins")
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        cfg = copy_cfg(lib, seed=seed)
+        lib.train(cfg, lib.copy_task_data(cfg), root / name, "cpu", log=quiet)
+    return root
+
+
+def saved_history(folder) -> dict:
+    return torch.load(Path(folder) / "last.pt", weights_only=True)["history"]
+
+
+def without_id(path):
+    """The file as an older version of the notebook wrote it: no run id."""
+    state = torch.load(path, weights_only=True)
+    state.pop("run_id", None)
+    if "history" in state:
+        state["history"].pop("run_id", None)
+    torch.save(state, path)
+
+
+@pytest.mark.parametrize("use", ["best", "averaged"])
+@pytest.mark.parametrize("other", ["same settings", "another seed"])
+def test_a_snapshot_of_another_run_is_refused_by_name(lib, twins, tmp_path, use, other):
+    """Another run's snapshot copied in under a step's name is not scored as this
+    run's: best_model and averaged_model compare it with the run's history (run
+    id, step, validation loss) and name the file."""
+    folder = copy_of(twins / "a", tmp_path / "a")
+    history = saved_history(folder)
+    assert history["run_id"] != saved_history(twins / "b")["run_id"]
+    step = history["best_step"] if use == "best" else history["steps"][0]
+    theirs = twins / ("b" if other == "same settings" else "c")
+    target = resume.snapshot_path(folder, step)
+    target.write_bytes(resume.snapshot_path(theirs, step).read_bytes())
+    with pytest.raises(lib.checkpoints.CheckpointError) as e:
+        if use == "best":
+            lib.best_model(folder, history, "cpu")
+        else:
+            lib.averaged_model(folder, {**history, "best_step": 8}, "cpu", 2)
+    assert str(target) in str(e.value) and "not this run's snapshot" in str(e.value)
+    assert "run id" in str(e.value)
+
+
+def test_snapshots_without_a_run_id_are_checked_by_their_losses(lib, twins, tmp_path):
+    """Files of an older version (no run id anywhere) still load as the run's own;
+    another seed's snapshot among them differs in its validation loss."""
+    folder = copy_of(twins / "a", tmp_path / "a")
+    for path in folder.glob("*.pt"):
+        without_id(path)
+    history = saved_history(folder)
+    assert "run_id" not in history
+    lib.best_model(folder, history, "cpu")
+    lib.averaged_model(folder, {**history, "best_step": 8}, "cpu", 2)
+    step = history["best_step"]
+    target = resume.snapshot_path(folder, step)
+    target.write_bytes(resume.snapshot_path(twins / "c", step).read_bytes())
+    without_id(target)
+    with pytest.raises(lib.checkpoints.CheckpointError, match="validation loss"):
+        lib.best_model(folder, history, "cpu")
 
 
 def test_a_non_finite_loss_stops_training_and_keeps_last_pt(lib, tmp_path, monkeypatch):
