@@ -243,6 +243,8 @@ def compiled_or_eager(model, log=print, **options):
     model, which compiles lazily (at its first call, and again for a shape it has not
     seen). Triton supports some GPUs only loosely (a T4, sm75): a run goes on
     uncompiled rather than stop."""
+    import torch
+
     try:
         compiled = torch.compile(model, **options)
     except Exception as err:  # whatever it is, the model runs as it is
@@ -292,6 +294,8 @@ class EagerOnFailure:
 
 def _random_state(model):
     """The CPU generator's state and, for a model on a GPU, that GPU's."""
+    import torch
+
     parameters = getattr(model, "parameters", None)
     p = next(parameters(), None) if callable(parameters) else None
     gpu = p.device if p is not None and p.device.type == "cuda" else None
@@ -299,6 +303,8 @@ def _random_state(model):
 
 
 def _set_random_state(state) -> None:
+    import torch
+
     cpu, gpu, gpu_state = state
     torch.set_rng_state(cpu)
     if gpu is not None:
