@@ -356,7 +356,7 @@ def test_a_compile_that_fails_falls_back_to_eager(lib, monkeypatch, tmp_path, wh
         return FailingCompile(model)
 
     monkeypatch.setattr(runtime, "compile_works", lambda device: (True, "faked"))
-    monkeypatch.setattr(torch, "compile", compile)
+    monkeypatch.setattr("torch.compile", compile)
     said = []
     model, history = lib.train(
         cfg.updated(compile=True), data, tmp_path / "compiled", "cpu", log=said.append
@@ -372,7 +372,7 @@ def test_a_compile_that_fails_falls_back_to_eager(lib, monkeypatch, tmp_path, wh
 
 
 def test_an_error_of_the_model_itself_is_not_blamed_on_compiling(monkeypatch):
-    monkeypatch.setattr(torch, "compile", lambda model, **kw: FailingCompile(model))
+    monkeypatch.setattr("torch.compile", lambda model, **kw: FailingCompile(model))
     said = []
     net = runtime.compiled_or_eager(torch.nn.Linear(2, 2), said.append)
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
