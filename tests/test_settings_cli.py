@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from atkit import files, launch, runtime
+from atkit import files, launch, resume, runtime
 from atkit.settings import free_on_resume, unread
 from conftest import (
     CLI_TINY,
@@ -54,6 +54,8 @@ from tools import train as cli
         ({"factor": -1.0}, ["factor", "> 0"]),
         ({"factor": float("nan")}, ["factor", "nan"]),
         ({"factor": float("inf")}, ["factor", "finite"]),
+        ({"factor": 1e300}, ["factor=1e+300", "at most 1e+15"]),  # float32 overflows
+        ({"weight_decay": 1e300}, ["weight_decay", "at most 1e+15"]),
         ({"P_drop": 1.5}, ["P_drop", "1.5", "< 1"]),
         ({"eps_ls": 1.0}, ["eps_ls", "< 1"]),
         ({"norm": "bogus"}, ["norm", "bogus", "post", "pre"]),
@@ -285,6 +287,7 @@ def _no_cuda(monkeypatch):
         (lambda t: ["--set", "seed=10**30"], ["seed", "not str"]),
         (lambda t: ["--set", f"seed={10**30}"], ["seed", "at most"]),
         (lambda t: ["--set", "seed=4294967296"], ["seed", "<="]),
+        (lambda t: ["--set", "factor=1e300"], ["factor=1e+300", "at most"]),
         (lambda t: ["--set", "model=None"], ["model settings by name"]),
         (lambda t: ["--set", "epochs=3"], ["unknown", "epochs"]),
         (lambda t: ["--set", "steps=3", "--set", "steps=4"], ["'steps'", "more than"]),
@@ -469,6 +472,16 @@ def _file(t: Path) -> Path:
             lambda t: ["--set", "vocab=bpe", "--set", "bpe_size=1000000"],
             ["bpe_size=1000000", "choose another bpe_size"],
         ),
+        # settings that pass their own checks but not the run's (issue 56): padding
+        # beyond the positional encoding; a model larger than this machine's memory
+        (
+            lambda t: ["--set", "pad_multiple=1000"],
+            ["pad_multiple=1000", "ModelConfig.max_len=256", "at most"],
+        ),
+        (
+            lambda t: ["--set", "d_model=1000000"],
+            ["d_model=1000000", "GiB", "more than", "give smaller sizes"],
+        ),
     ],
 )
 def test_refused_before_training_or_removing(
@@ -527,6 +540,14 @@ def test_an_unexpected_error_ends_in_one_line(lib, tmp_path, monkeypatch, capsys
     assert err.rstrip().splitlines()[-1].startswith("python -m tools.train: error:")
 
 
+CPU_ALLOC = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+    "allocate memory: you tried to allocate 4000000000000 bytes. Error code 12 "
+    "(Cannot allocate memory)"
+)
+GPU_ALLOC = "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total ..."
+
+
 def test_every_error_kind_has_its_status_and_advice():
     """errors.advice: refusals (exit 2) keep their message; a full disk is named as
     such wherever it happens, also inside another error's message (torch's zip
@@ -539,10 +560,16 @@ def test_every_error_kind_has_its_status_and_advice():
         (FileNotFoundError(2, "No such file"), 2, "check the path"),
         (MemoryError(), 1, "out of memory"),
         (KeyError("x"), 1, "unexpected"),
+        # PyTorch's failures to allocate are out of memory too (issue 56)
+        (RuntimeError(CPU_ALLOC), 1, "out of memory (PyTorch tried to allocate 3,72"),
+        (torch.OutOfMemoryError(GPU_ALLOC), 1, "out of memory (PyTorch tried to"),
+        (resume.NonFiniteLossError("the loss is nan; lower factor"), 2, "lower factor"),
     ]
     for err, status, words in cases:
         message, code = errors.advice(err)
         assert code == status and words in message, (err, message)
+        if "unexpected" not in words:
+            assert "unexpected" not in message, message
     full = files.DiskFullError(errno.ENOSPC, "the disk is full: last.pt ...")
     assert errors.advice(full) == ("the disk is full: last.pt ...", 2)
 

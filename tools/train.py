@@ -217,6 +217,22 @@ def check_args(args, preset) -> None:
         raise UsageError(f"{' and '.join(given)} need --search beam")
 
 
+def check_model_size(lib, model_cfg, n_src: int, n_tgt: int, device) -> None:
+    """A model too large to train on `device` at all is refused naming its sizes,
+    before it is built (PyTorch's own failure would name none): it is counted on the
+    "meta" device, which holds no numbers."""
+    with runtime.torch.device("meta"):
+        model = lib.build_model(model_cfg, n_src, n_tgt)
+    m = model_cfg
+    vocab = f"{n_src:,}" if n_src == n_tgt else f"{n_src:,} and {n_tgt:,}"
+    runtime.check_model_memory(
+        model,
+        device,
+        f"the model of N={m.N}, d_model={m.d_model}, d_ff={m.d_ff} and a "
+        f"vocabulary of {vocab}",
+    )
+
+
 def search_from_args(lib, args):
     """The decoding function the scores use (the notebook checks its options)."""
     options = {"beam_size": args.beam_size, "alpha": args.alpha}
@@ -258,6 +274,7 @@ def train_cli(argv=None) -> int:
     is_main = world is None or world.is_main
     log = (lambda m: print(m, flush=True)) if is_main else (lambda m: None)
     data = lib.copy_task_data(cfg) if args.task == "copy" else lib.prepare_data(cfg)
+    check_model_size(lib, cfg.model, len(data.vocab_src), len(data.vocab_tgt), device)
     model, history = lib.train(
         cfg,
         data,
