@@ -30,6 +30,7 @@ from conftest import (
     NO_TRAINING,
     copy_args,
     copy_cfg,
+    error_line,
     forbid,
     refused,
     run_program,
@@ -212,6 +213,38 @@ def test_odd_but_usable_paths_work(lib, tmp_path, monkeypatch, capsys):
     ckpt = ["--ckpt-dir", str(home / "Läufe 1"), "--out", str(inside)]
     assert run_program([*argv, *ckpt], capsys)[0] == 0
     assert json.loads(inside.read_text())["steps"] == 2
+
+
+def test_two_runs_never_share_a_results_file(lib, tmp_path, monkeypatch, capsys):
+    """issue 56: the results say whose they are (ckpt_dir); a second run into
+    another folder with the same --out is refused before it trains, and one that
+    finds --out taken when it ends (the other run finished first) writes beside its
+    checkpoints and says so, exit 2. Without --out, a run given --ckpt-dir writes
+    results.json there (not the one results/<preset>-<task>.json of every run)."""
+    monkeypatch.chdir(tmp_path)
+    settings = {**COPY, "steps": 2, "eval_every": 2}
+    out = tmp_path / "r.json"
+    assert run_program(copy_args(tmp_path / "a", settings, out=out), capsys)[0] == 0
+    first = out.read_bytes()
+    assert json.loads(first)["ckpt_dir"] == os.path.realpath(tmp_path / "a")
+    forbid(lib, monkeypatch, *NO_DATA)
+    message = refused(copy_args(tmp_path / "b", settings, out=out), capsys)
+    assert f"holds the results of the run in {tmp_path / 'a'}" in message, message
+    assert out.read_bytes() == first and not (tmp_path / "b").exists()
+    # the race: both started before either wrote; the second to end loses nothing
+    results = {**json.loads(first), "ckpt_dir": str(tmp_path / "b"), "steps": 7}
+    assert cli.write_results(results, out, tmp_path / "b") == 2
+    (kept,) = (tmp_path / "b").glob("results-*.json")
+    assert json.loads(kept.read_text())["steps"] == 7 and out.read_bytes() == first
+    line = error_line(capsys.readouterr().err)
+    assert "now holds the results of the run in" in line and str(kept) in line, line
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    argv = copy_args(tmp_path / "c", settings)
+    del argv[argv.index("--out") : argv.index("--out") + 2]
+    assert run_program(argv, capsys)[0] == 0
+    assert json.loads((tmp_path / "c" / "results.json").read_text())["steps"] == 2
+    assert not (tmp_path / "results").exists()
 
 
 def test_the_default_checkpoint_folder_honours_at_checkpoints(
@@ -591,6 +624,18 @@ def test_seed_spread_validates_its_flags(capsys, argv, words):
     with pytest.raises(SystemExit) as err:
         seed_spread.main(argv)
     assert err.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_seed_spread_checks_every_seed_before_training(
+    lib, tmp_path, monkeypatch, capsys
+):
+    """issue 56: seed 2**40 is refused before seed 0 trains."""
+    forbid(lib, monkeypatch, *NO_DATA)
+    argv = ["--preset", "ci", "--seeds", "0", str(2**40), "--out", str(tmp_path / "s")]
+    status = errors.run_main(lambda: seed_spread.main(argv), "seeds")
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("error:") == 1, err
+    assert f"--seeds {2**40}" in err and "seed" in err and "<=" in err, err
 
 
 def test_seed_spread_checks_its_summary_file_before_training(
