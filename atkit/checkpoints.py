@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -71,6 +72,18 @@ def save_rotating(state: dict, path, previous: str = "prev.pt") -> int:
     return _write(_serialized(state), Path(path), previous)
 
 
+def _first_sentence(err: BaseException) -> str:
+    """An error's name and the first sentence of its message (PyTorch's go on with
+    advice that is not ours to give), whole, or cut at a word with "..."."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
+    first = re.split(r"(?<=\.)\s|\n", text, maxsplit=1)[0].strip()
+    if len(first) > 200:
+        first = first[:200].rsplit(" ", 1)[0] + " ..."
+    if not first and isinstance(err, EOFError):
+        first = "the file is empty or cut short"
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
 def load_checkpoint(path) -> dict:
     path = Path(path)
     if path.is_dir():
@@ -79,10 +92,26 @@ def load_checkpoint(path) -> dict:
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated, empty, foreign or unsafe
+    except Exception as err:  # truncated, foreign or unsafe
+        text = str(err)
+        found = re.search(r"(?i)unsupported (?:global: )?GLOBAL (\S+)", text)
+        if "Weights only load failed" in text and found:
+            raise CheckpointError(
+                f"{path} is not a checkpoint of this notebook: it holds Python "
+                f"objects ({found[1]}) besides tensors and plain data, which loading "
+                "would run as code, so it was not loaded; delete it, or give a "
+                "checkpoint this notebook wrote"
+            ) from None
+        if "Weights only load failed" in text:  # torch's advice is not for here
+            detail = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
+            reason = f": {detail[1].strip()[:200]}" if detail else ""
+            raise CheckpointError(
+                f"{path} cannot be read ({type(err).__name__}{reason}); it is "
+                "damaged or not a checkpoint of this notebook"
+            ) from None
         raise CheckpointError(
-            f"{path} cannot be read ({type(err).__name__}: {str(err)[:200]}); it is "
-            "damaged or not a checkpoint of this notebook"
+            f"{path} cannot be read ({_first_sentence(err)}); it is damaged or not a "
+            "checkpoint of this notebook"
         ) from err
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a checkpoint of this notebook")

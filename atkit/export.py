@@ -1,16 +1,21 @@
 """The trained model in one file that the browser and the notebook both read.
 
-`write_model` stores a translation model for the page `docs/translate.html`: its
+`model_js` writes a translation model for the page `docs/translate.html`: its
 weights (each matrix as int8 with one float32 scale per row, or as float16; vectors as
 float32; a tied matrix once), the run's sentencepiece model (the proto bytes
 `SharedBPE.state()` holds) and spaCy's tokenizer rules for the source language (see
 `spacy_rules`), with a manifest (the run's config, where the weights come from, the
 preset, the machine, BLEU). The file is JavaScript: one statement that stores an
 object in `globalThis.atkitModels[direction]`, so that a page opened from disk can
-load it with a `<script src>` (Chromium refuses `fetch()` of file:// URLs). The bytes
-are deflated and base64-encoded in that object. `read_model` gives the same content
-back to Python; dequantized as the page dequantizes it, the weights load into the
-notebook's `build_model` (see the notebook's `load_exported`).
+load it with a `<script src>` (Chromium refuses `fetch()` of file:// URLs). The object
+holds the direction, `meta` (the JSON text of everything but the bytes: the manifest,
+where each tensor lies, spaCy's rules), `data` (the bytes, deflated and
+base64-encoded) and `sha256`, the SHA-256 of "<direction>\n<meta>\n<data>": the page
+(atkit/translator.js) and `read_model` refuse a file whose content does not match it,
+or whose tensors do not have the shapes that its manifest's settings give, with a
+message that says how to restore it. `read_model` gives the content back to Python;
+dequantized as the page dequantizes it, the weights load into the notebook's
+`build_model` (see the notebook's `load_exported`).
 
 The same content gives the same bytes: no time stamps, a fixed order, deflate at one
 level, so the committed file changes only when the model does.
@@ -22,19 +27,23 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import json
 import re
 import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from atkit.files import write_text_atomic
 
-FORMAT = 1
+if TYPE_CHECKING:
+    import torch
+
+FORMAT = 2  # 2: the content carries its SHA-256 (1 had none)
 QUANTS = ("int8", "float16")
 GLOBAL = "atkitModels"  # the page reads globalThis.atkitModels[direction]
 _HEADER = (
@@ -45,6 +54,21 @@ _STATEMENT = re.compile(
     r'^\(globalThis\.atkitModels = globalThis\.atkitModels \|\| \{\}\)\["([a-z-]+)"\]'
     r" = (\{.*\});$",
     re.MULTILINE,
+)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# the order of the fields in `meta`
+META_KEYS = (
+    "manifest",
+    "quant",
+    "tensors",
+    "aliases",
+    "sentencepiece",
+    "spacy",
+    "detokenize",
+    "encoding",
+    "size",
 )
 
 
@@ -167,6 +191,8 @@ def spacy_rules(lang: str) -> dict:
 
 def quantize_rows(w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """int8 codes and one float32 scale per row: w ~ codes * scale, |codes| <= 127."""
+    import torch
+
     w = w.detach().float().cpu()
     scale = w.abs().amax(dim=1) / 127
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -176,6 +202,8 @@ def quantize_rows(w: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 
 def dequantize_rows(codes: np.ndarray, scale: np.ndarray) -> torch.Tensor:
     """The float32 matrix the page computes with (one float32 product per entry)."""
+    import torch
+
     return torch.from_numpy(codes.astype(np.float32)) * torch.from_numpy(scale)[:, None]
 
 
@@ -188,6 +216,8 @@ def pack_state(state: dict, quant: str = "int8") -> tuple[list, dict, bytearray]
     """(tensor entries, aliases, blob): each distinct tensor of `state` once, in its
     order; a tensor under several names (a tied matrix) is stored under the first and
     the others are aliases of it. Matrices become `quant`, vectors float32."""
+    import torch
+
     if quant not in QUANTS:
         raise ValueError(f"quant={quant!r}: use one of {QUANTS}")
     entries, aliases, blob, seen = [], {}, bytearray(), {}
@@ -218,6 +248,8 @@ def pack_state(state: dict, quant: str = "int8") -> tuple[list, dict, bytearray]
 
 def unpack_state(entries: list, aliases: dict, blob: bytes) -> dict:
     """The float32 state dict the page computes with: every name, aliases too."""
+    import torch
+
     out = {}
     for e in entries:
         shape, at = tuple(e["shape"]), e["offset"]
@@ -237,6 +269,71 @@ def unpack_state(entries: list, aliases: dict, blob: bytes) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ the shapes
+
+
+def expected_shapes(config: dict) -> dict[str, list[int]]:
+    """Every state-dict name of the notebook's model for a run config (a dict, as
+    the manifest holds it) with its shape: what `build_model` makes for a shared
+    BPE vocabulary of `bpe_size` pieces. atkit/translator.js has the same rule."""
+    m = config["model"]
+    n, d, ff, v = m["N"], m["d_model"], m["d_ff"], config["bpe_size"]
+    out = {}
+    for stack, sublayers in (("encoder", 2), ("decoder", 3)):
+        for layer in range(n):
+            p = f"{stack}.layers.{layer}."
+            attention = ["self_attn"] + (["src_attn"] if stack == "decoder" else [])
+            for a in attention:
+                for w in ("w_q", "w_k", "w_v", "w_o"):
+                    out[f"{p}{a}.{w}.weight"] = [d, d]
+                    out[f"{p}{a}.{w}.bias"] = [d]
+            out[p + "feed_forward.w_1.weight"] = [ff, d]
+            out[p + "feed_forward.w_1.bias"] = [ff]
+            out[p + "feed_forward.w_2.weight"] = [d, ff]
+            out[p + "feed_forward.w_2.bias"] = [d]
+            for i in range(sublayers):
+                out[f"{p}sublayer.{i}.norm.gamma"] = [d]
+                out[f"{p}sublayer.{i}.norm.beta"] = [d]
+        if m["norm"] == "pre":  # the pre-norm stacks end in a norm of their own
+            out[f"{stack}.norm.gamma"] = [d]
+            out[f"{stack}.norm.beta"] = [d]
+    out["src_embed.0.lut.weight"] = [v, d]
+    out["tgt_embed.0.lut.weight"] = [v, d]
+    out["generator.proj.weight"] = [v, d]
+    out["generator.proj.bias"] = [v]
+    return out
+
+
+def shape_problems(manifest: dict, entries: list, aliases: dict) -> list[str]:
+    """How the stored tensors (`entries`, `aliases`) differ from what the manifest's
+    settings give (none: they agree), in words, the first few."""
+    try:
+        config = manifest["config"]
+        m = config["model"]
+        for key in ("N", "d_model", "d_ff", "h"):
+            if not isinstance(m[key], int) or isinstance(m[key], bool) or m[key] < 1:
+                return [f"config.model.{key}={m[key]!r} is not a size"]
+        if m["d_model"] % m["h"]:
+            return [f"d_model={m['d_model']} is not a multiple of h={m['h']}"]
+        if config["vocab"] != "bpe":
+            return [f"vocab={config['vocab']!r}: the page reads a shared BPE model"]
+        want = expected_shapes(config)
+    except KeyError as err:
+        return [f"the manifest's config lacks {err}"]
+    except TypeError as err:
+        return [f"the manifest's config cannot be read ({err})"]
+    have = {e["name"]: list(e["shape"]) for e in entries}
+    have.update({name: have.get(target) for name, target in aliases.items()})
+    problems = [f"{name} is missing" for name in want if name not in have]
+    problems += [f"{name} is not in the model" for name in have if name not in want]
+    problems += [
+        f"{name} is {have[name]}, the settings give {shape}"
+        for name, shape in want.items()
+        if name in have and have[name] != shape
+    ]
+    return problems[:3]
+
+
 # ------------------------------------------------------------------ the file
 
 
@@ -251,6 +348,34 @@ class Exported:
     spacy: dict
     detokenize: list
     path: Path | None = None
+
+
+def digest(direction: str, meta: str, data: str) -> str:
+    """The SHA-256 that a model file carries: of its direction, `meta` and `data`."""
+    text = f"{direction}\n{meta}\n{data}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def wrap(direction: str, meta: dict, data: str) -> str:
+    """The text of a model file: `meta` (its fields in the order of META_KEYS) as
+    JSON text, `data` (deflated, base64) and the hash of both."""
+    meta_text = json.dumps(
+        {key: meta[key] for key in META_KEYS}, ensure_ascii=True, separators=(",", ":")
+    )
+    obj = {
+        "format": FORMAT,
+        "direction": direction,
+        "sha256": digest(direction, meta_text, data),
+        "meta": meta_text,
+        "data": data,
+    }
+    body = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+    return (
+        _HEADER.format(direction=direction)
+        + f'(globalThis.{GLOBAL} = globalThis.{GLOBAL} || {{}})["{direction}"] = '
+        + body
+        + ";\n"
+    )
 
 
 def model_js(
@@ -268,12 +393,15 @@ def model_js(
     if not re.fullmatch(r"[a-z]+-[a-z]+", direction):
         raise ValueError(f"direction={direction!r}: like 'de-en'")
     entries, aliases, blob = pack_state(state, quant)
+    problems = shape_problems(manifest, entries, aliases)
+    if problems:
+        raise ValueError(
+            f"the weights do not fit the manifest's settings: {'; '.join(problems)}"
+        )
     proto_at = len(blob)
     blob.extend(spm_proto)
     payload = zlib.compress(bytes(blob), 9)
-    obj = {
-        "format": FORMAT,
-        "direction": direction,
+    meta = {
         "manifest": manifest,
         "quant": quant,
         "tensors": entries,
@@ -283,15 +411,8 @@ def model_js(
         "detokenize": detokenize,
         "encoding": "deflate",
         "size": len(blob),
-        "data": base64.b64encode(payload).decode("ascii"),
     }
-    body = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
-    return (
-        _HEADER.format(direction=direction)
-        + f'(globalThis.{GLOBAL} = globalThis.{GLOBAL} || {{}})["{direction}"] = '
-        + body
-        + ";\n"
-    )
+    return wrap(direction, meta, base64.b64encode(payload).decode("ascii"))
 
 
 def write_if_changed(path, text: str) -> bool:
@@ -303,34 +424,94 @@ def write_if_changed(path, text: str) -> bool:
     return True
 
 
-def read_model(path) -> Exported:
-    """The content of a model file written by `write_model`."""
-    path = Path(path)
+def restore_advice(path) -> str:
+    """What to do about a missing or damaged model file: a committed one (in the
+    repository's docs/translate/) comes back with git."""
+    try:
+        rel = Path(path).resolve().relative_to(ROOT)
+    except (ValueError, OSError):
+        rel = None
+    again = "export it again with `python -m tools.export_model`"
+    if rel is not None and rel.parts[:2] == ("docs", "translate"):
+        return f"restore it with `git checkout {rel.as_posix()}` (or {again})"
+    return again
+
+
+def _open(path: Path) -> tuple[dict, dict]:
+    """(the file's object, its meta) after checking the hash and the shapes."""
     if not path.is_file():
+        what = "a folder, not" if path.is_dir() else "no such"
+        raise ExportError(f"{path}: {what} exported model file; {restore_advice(path)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
         raise ExportError(
-            f"{path}: no such exported model (make it with `python -m "
-            "tools.export_model`)"
-        )
-    match = _STATEMENT.search(path.read_text(encoding="utf-8"))
+            f"{path} is damaged (not UTF-8 text at byte {err.start}); "
+            f"{restore_advice(path)}"
+        ) from None
+    match = _STATEMENT.search(text)
     if not match:
-        raise ExportError(f"{path}: not a model file of tools.export_model")
+        raise ExportError(
+            f"{path}: not a model file of tools.export_model; {restore_advice(path)}, "
+            "or move it out of the way"
+        )
+    damaged = f"{path} is damaged"
     try:
         obj = json.loads(match.group(2))
+        if not isinstance(obj, dict):
+            raise TypeError("not an object")
         if obj.get("format") != FORMAT:
-            raise ExportError(f"{path}: format {obj.get('format')}, expected {FORMAT}")
-        blob = zlib.decompress(base64.b64decode(obj["data"], validate=True))
-        if len(blob) != obj["size"]:
-            raise ExportError(f"{path}: {len(blob)} bytes of data, {obj['size']} said")
-        sp = obj["sentencepiece"]
-        proto = blob[sp["offset"] : sp["offset"] + sp["size"]]
-        state = unpack_state(obj["tensors"], obj["aliases"], blob)
-    except (KeyError, TypeError, ValueError, zlib.error) as err:
-        if isinstance(err, ExportError):
-            raise
+            raise ExportError(
+                f"{path}: format {obj.get('format')!r}, this code reads {FORMAT} (a "
+                f"file with a checksum); {restore_advice(path)}"
+            )
+        if obj["sha256"] != digest(obj["direction"], obj["meta"], obj["data"]):
+            raise ExportError(
+                f"{damaged}: its content does not match the SHA-256 it carries (it "
+                f"was edited or cut short); {restore_advice(path)}"
+            )
+        meta = json.loads(obj["meta"])
+        problems = shape_problems(meta["manifest"], meta["tensors"], meta["aliases"])
+    except ExportError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ExportError(
-            f"{path}: damaged ({type(err).__name__}: {str(err)[:200]}); export it "
-            "again with `python -m tools.export_model`"
+            f"{damaged} ({type(err).__name__}: {str(err)[:200]}); "
+            f"{restore_advice(path)}"
+        ) from None
+    if problems:
+        raise ExportError(
+            f"{damaged}: its tensors do not fit its manifest's settings "
+            f"({'; '.join(problems)}); {restore_advice(path)}"
+        )
+    return obj, meta
+
+
+def read_manifest(path) -> tuple[str, dict]:
+    """(direction, manifest) of a model file, checked (hash, shapes), its weights
+    not decoded."""
+    obj, meta = _open(Path(path))
+    return obj["direction"], meta["manifest"]
+
+
+def read_model(path) -> Exported:
+    """The content of a model file written by `model_js`, checked: a file whose
+    content does not match its hash, or whose tensors do not fit its manifest's
+    settings, is an ExportError that says so and how to restore it."""
+    path = Path(path)
+    obj, meta = _open(path)
+    try:
+        blob = zlib.decompress(base64.b64decode(obj["data"], validate=True))
+        if len(blob) != meta["size"]:
+            raise ValueError(f"{len(blob)} bytes of data, {meta['size']} said")
+        sp = meta["sentencepiece"]
+        proto = blob[sp["offset"] : sp["offset"] + sp["size"]]
+        state = unpack_state(meta["tensors"], meta["aliases"], blob)
+    except (KeyError, TypeError, ValueError, zlib.error) as err:
+        raise ExportError(
+            f"{path} is damaged ({type(err).__name__}: {str(err)[:200]}); "
+            f"{restore_advice(path)}"
         ) from None
     return Exported(
-        obj["manifest"], state, proto, obj["spacy"], obj["detokenize"], path
+        meta["manifest"], state, proto, meta["spacy"], meta["detokenize"], path
     )

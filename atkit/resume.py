@@ -122,13 +122,23 @@ def check_max_steps(run: TrainingRun, max_steps) -> None:
 
 
 def check_lengths(run: TrainingRun) -> None:
-    """Every training and validation sentence fits the positional encoding."""
+    """Every training and validation sentence fits the positional encoding, also
+    once its batch is padded to a multiple of `pad_multiple`."""
     data, max_len = run.data, run.cfg.model.max_len
     longest = max(len(x) for pairs in (data.train, data.val) for p in pairs for x in p)
     if longest > max_len:
         raise ConfigError(
             f"a sentence of {longest} ids is longer than the positional "
             f"encoding's ModelConfig.max_len={max_len}"
+        )
+    m = getattr(run.cfg, "pad_multiple", 1)
+    padded = -(-longest // m) * m
+    if padded > max_len:
+        raise ConfigError(
+            f"RunConfig.pad_multiple={m} pads the longest sentence, {longest} ids, "
+            f"to {padded} positions, more than the positional encoding's "
+            f"ModelConfig.max_len={max_len}: give a pad_multiple of at most "
+            f"{max_len - longest + 1} (or a larger max_len)"
         )
 
 

@@ -65,6 +65,41 @@ def cores_available() -> int:
     return os.cpu_count() or 1
 
 
+def device_memory(device) -> int:
+    """Bytes of memory on `device`: the GPU's, or the machine's for the CPU (0: not
+    known)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+# float32 weights, their gradients and Adam's two moments: what training holds at least
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def check_model_memory(model, device, what: str) -> None:
+    """Refuse, naming `what` (the settings that size the model), a model whose
+    training would need more memory than `device` has in all: before it is built.
+    `model`: the model built on the "meta" device (it holds no numbers)."""
+    import torch
+
+    n = sum(p.numel() for p in model.parameters())
+    need, have = n * TRAINING_BYTES_PER_PARAMETER, device_memory(device)
+    if have and need > have:
+        raise ConfigError(
+            f"{what}: {n:,} parameters, at least {need / 2**30:,.1f} GiB to train "
+            "(float32 weights, gradients and Adam's two moments), more than the "
+            f"{have / 2**30:,.1f} GiB of memory of {torch.device(device)}; give "
+            "smaller sizes"
+        )
+
+
 def torch_threads(preset: str, processes: int = 1) -> int:
     """Intra-op threads for one process of a run of `processes` processes: one for the
     tiny `ci` models, else the cores shared among the processes."""

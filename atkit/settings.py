@@ -25,6 +25,10 @@ _KINDS = {
 
 # Integer settings end up in C code (seeds, sizes); beyond this they overflow there.
 INT_LIMIT = 2**63 - 1
+# Float settings end up in float32 arithmetic (the learning rate, weight decay and
+# their product in Adam's step); within this bound even a product of two stays finite
+# there (float32 reaches 3.4e38).
+FLOAT_LIMIT = 1e15
 
 
 def _number(v) -> str:
@@ -83,6 +87,11 @@ def check_setting(
         raise ConfigError(f"{where}: choose {what}")
     if kind is int and abs(value) > INT_LIMIT:
         raise ConfigError(f"{where}: must be at most {INT_LIMIT} in size")
+    if kind is float and math.isfinite(value) and abs(value) > FLOAT_LIMIT:
+        raise ConfigError(
+            f"{where}: must be at most {FLOAT_LIMIT:g} in size (larger numbers "
+            "overflow the float32 arithmetic of training)"
+        )
     out_of_range = (
         (kind is float and not math.isfinite(value))
         or (low is not None and value < low)

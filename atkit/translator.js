@@ -905,13 +905,105 @@
     }
   }
 
+  // ------------------------------------------------------------------ loading
+  // SHA-256 (FIPS 180-4) of bytes, as hex: the model file carries the hash of its
+  // content (atkit/export.py), checked here before anything in it is used.
+  const SHA_K = new Uint32Array([
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2]);
+
+  function sha256Hex(bytes) {
+    const n = bytes.length, padded = new Uint8Array(((n + 9 + 63) >> 6) << 6);
+    padded.set(bytes);
+    padded[n] = 0x80;
+    const view = new DataView(padded.buffer);
+    view.setUint32(padded.length - 8, Math.floor(n / 0x20000000)); // the length in bits
+    view.setUint32(padded.length - 4, (n << 3) >>> 0);
+    const H = new Uint32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]);
+    const w = new Uint32Array(64), rot = (x, r) => (x >>> r) | (x << (32 - r));
+    for (let at = 0; at < padded.length; at += 64) {
+      for (let i = 0; i < 16; i++) w[i] = view.getUint32(at + 4 * i);
+      for (let i = 16; i < 64; i++) {
+        const a = w[i - 15], b = w[i - 2];
+        const s0 = rot(a, 7) ^ rot(a, 18) ^ (a >>> 3), s1 = rot(b, 17) ^ rot(b, 19) ^ (b >>> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+      }
+      let [a, b, c, d, e, f, g, h] = H;
+      for (let i = 0; i < 64; i++) {
+        const t1 = (h + (rot(e, 6) ^ rot(e, 11) ^ rot(e, 25)) + ((e & f) ^ (~e & g)) + SHA_K[i] + w[i]) >>> 0;
+        const t2 = ((rot(a, 2) ^ rot(a, 13) ^ rot(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) >>> 0;
+        h = g; g = f; f = e; e = (d + t1) >>> 0; d = c; c = b; b = a; a = (t1 + t2) >>> 0;
+      }
+      H[0] += a; H[1] += b; H[2] += c; H[3] += d; H[4] += e; H[5] += f; H[6] += g; H[7] += h;
+    }
+    return Array.from(H, (x) => x.toString(16).padStart(8, "0")).join("");
+  }
+
+  // Every state-dict name with the shape the manifest's settings give (atkit/export.py's
+  // expected_shapes): a file whose tensors differ is refused, not computed with.
+  function shapeProblems(meta) {
+    const config = meta.manifest && meta.manifest.config, m = config && config.model;
+    if (!m) return ["the manifest has no config.model"];
+    for (const key of ["N", "d_model", "d_ff", "h"]) {
+      if (!Number.isInteger(m[key]) || m[key] < 1) return [`config.model.${key}=${m[key]} is not a size`];
+    }
+    if (m.d_model % m.h) return [`d_model=${m.d_model} is not a multiple of h=${m.h}`];
+    if (config.vocab !== "bpe") return [`vocab=${config.vocab}: the page reads a shared BPE model`];
+    const d = m.d_model, ff = m.d_ff, v = config.bpe_size, want = {};
+    for (const [stack, sublayers] of [["encoder", 2], ["decoder", 3]]) {
+      for (let l = 0; l < m.N; l++) {
+        const p = `${stack}.layers.${l}.`;
+        for (const a of stack === "decoder" ? ["self_attn", "src_attn"] : ["self_attn"]) {
+          for (const w of ["w_q", "w_k", "w_v", "w_o"]) { want[`${p}${a}.${w}.weight`] = [d, d]; want[`${p}${a}.${w}.bias`] = [d]; }
+        }
+        Object.assign(want, { [p + "feed_forward.w_1.weight"]: [ff, d], [p + "feed_forward.w_1.bias"]: [ff],
+                              [p + "feed_forward.w_2.weight"]: [d, ff], [p + "feed_forward.w_2.bias"]: [d] });
+        for (let i = 0; i < sublayers; i++) { want[`${p}sublayer.${i}.norm.gamma`] = [d]; want[`${p}sublayer.${i}.norm.beta`] = [d]; }
+      }
+      if (m.norm === "pre") { want[`${stack}.norm.gamma`] = [d]; want[`${stack}.norm.beta`] = [d]; }
+    }
+    Object.assign(want, { "src_embed.0.lut.weight": [v, d], "tgt_embed.0.lut.weight": [v, d],
+                          "generator.proj.weight": [v, d], "generator.proj.bias": [v] });
+    const have = {};
+    for (const e of meta.tensors) have[e.name] = e.shape;
+    for (const [name, target] of Object.entries(meta.aliases)) have[name] = have[target];
+    const same = (a, b) => Array.isArray(a) && a.length === b.length && a.every((x, i) => x === b[i]);
+    const problems = [
+      ...Object.keys(want).filter((k) => !(k in have)).map((k) => `${k} is missing`),
+      ...Object.keys(have).filter((k) => !(k in want)).map((k) => `${k} is not in the model`),
+      ...Object.keys(want).filter((k) => k in have && !same(have[k], want[k]))
+        .map((k) => `${k} is [${have[k]}], the settings give [${want[k]}]`),
+    ];
+    return problems.slice(0, 3);
+  }
+
   // options.wasm = false: JavaScript loops only (the page's fallback, for tests)
   async function load(data, options) {
-    if (!data || data.format !== 1) throw new Error("not a model file of tools.export_model (format 1)");
+    if (!data || data.format !== 2) {
+      throw new Error("not a model file of this page (format 2, with a checksum): export it again with python -m tools.export_model");
+    }
+    const direction = data.direction, file = `The ${direction} model file`;
+    const restore = `restore it with git checkout docs/translate/${direction}.js (or export it again with python -m tools.export_model)`;
+    const content = new TextEncoder().encode(`${direction}\n${data.meta}\n${data.data}`);
+    if (typeof data.meta !== "string" || typeof data.data !== "string" || sha256Hex(content) !== data.sha256) {
+      throw new Error(`${file} is damaged: its content does not match the SHA-256 it carries; ${restore}.`);
+    }
+    const meta = JSON.parse(data.meta);
+    const problems = shapeProblems(meta);
+    if (problems.length) {
+      throw new Error(`${file} is damaged: its tensors do not fit its manifest's settings (${problems.join("; ")}); ${restore}.`);
+    }
     let blob = fromBase64(data.data);
-    if (data.encoding === "deflate") blob = await inflate(blob);
-    if (blob.length !== data.size) throw new Error(`model data: ${blob.length} bytes, expected ${data.size}`);
-    return new Translator(data, blob, options);
+    if (meta.encoding === "deflate") blob = await inflate(blob);
+    if (blob.length !== meta.size) throw new Error(`${file} is damaged: ${blob.length} bytes of data, ${meta.size} expected; ${restore}.`);
+    return new Translator(Object.assign({ format: data.format, direction }, meta), blob, options);
   }
 
   root.atkitTranslator = { load, InputError, SpacyTokenizer, SentencePieceBPE, Transformer, fromBase64, inflate };

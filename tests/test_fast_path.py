@@ -327,16 +327,20 @@ def test_compile_option_is_off_by_default(lib):
     assert compiled is not m and compiled._orig_mod is m
 
 
-class FailingCompile(torch.nn.Module):
+def FailingCompile(model):
     """What torch.compile gives where Triton cannot build the kernels of this GPU
-    (faked): a compiled model whose call raises."""
+    (faked): a compiled model whose call raises. (A class made when a test runs:
+    the collection of the tests loads no torch.)"""
 
-    def __init__(self, model):
-        super().__init__()
-        self._orig_mod = model
+    class Failing(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self._orig_mod = model
 
-    def forward(self, *args, **kwargs):
-        raise RuntimeError("triton: sm75 is not supported by this kernel\n(faked)")
+        def forward(self, *args, **kwargs):
+            raise RuntimeError("triton: sm75 is not supported by this kernel\n(faked)")
+
+    return Failing(model)
 
 
 @pytest.mark.parametrize("where", ["at torch.compile", "at the first call"])

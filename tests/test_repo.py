@@ -377,10 +377,38 @@ def test_an_errored_results_cell_is_never_copied(tmp_path, check):
     readme = tmp_path / "README.md"
     before = readme_with_markers(readme)
     argv = ["--notebook", str(nb), "--readme", str(readme)] + ["--check"] * check
-    with pytest.raises(SystemExit, match="ended in an error") as err:
+    with pytest.raises(readme_results.UsageError, match="ended in an error") as err:
         readme_results.main(argv)
     assert "RuntimeError" in str(err.value) and "Part 3" in str(err.value)
     assert readme.read_bytes() == before
+
+
+def test_readme_results_refusals_are_one_error_line(tmp_path, capsys):
+    """issue 56: every refusal is one `error:` line, exit 2 (a stale README under
+    --check: an `error:` line, exit 1); a file that is not UTF-8 text, or not a
+    notebook, is named."""
+    nb = results_notebook(tmp_path / "nb.ipynb", "BLEU 0.0\n", error=True)
+    readme = tmp_path / "README.md"
+    readme_with_markers(readme)
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    cases = [
+        (["--notebook", str(nb)], 2, "ended in an error"),
+        (["--notebook", str(IPYNB), "--readme", str(binary)], 2, f"{binary}"),
+        (["--notebook", str(binary)], 2, f"--notebook {binary} is not UTF-8"),
+        (["--notebook", str(ROOT / "annotated_transformer.md")], 2, "as a notebook"),
+    ]
+    for argv, status, words in cases:
+        argv = [*argv, "--readme", str(readme)] if "--readme" not in argv else argv
+        assert readme_results.main_guarded(argv) == status, argv
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and words in err, (argv, err)
+        assert err.startswith("python -m tools.readme_results: error: "), err
+        assert "Traceback" not in err
+    stale = ["--notebook", str(IPYNB), "--readme", str(readme), "--check"]
+    assert readme_results.main_guarded(stale) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m tools.readme_results: error: README.md's"), err
 
 
 @pytest.mark.parametrize("markers", ["reversed", "doubled", "missing"])
@@ -391,7 +419,7 @@ def test_results_markers_out_of_order_are_a_clear_error(markers):
         "doubled": f"{start}\n{end}\n{start}\n{end}\n",
         "missing": f"a\n{start}\nold\n",
     }[markers]
-    with pytest.raises(SystemExit, match="marker"):
+    with pytest.raises(readme_results.UsageError, match="marker"):
         readme_results.replace_block(text, "new\n")
 
 

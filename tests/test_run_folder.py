@@ -682,8 +682,31 @@ def test_a_malicious_pickle_is_refused(lib, tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({"x": Boom()}, path)
-    with pytest.raises(lib.checkpoints.CheckpointError, match="evil.pt"):
+    with pytest.raises(lib.checkpoints.CheckpointError, match="evil.pt") as err:
         lib.checkpoints.load_checkpoint(path)
+    # issue 56: never torch's advice to load it with weights_only=False, cut short
+    message = str(err.value)
+    assert "weights_only" not in message and "\x1b" not in message, message
+    assert "not a checkpoint of this notebook" in message and "system" in message
+    assert message.endswith("give a checkpoint this notebook wrote"), message
+
+
+def test_a_damaged_checkpoint_is_named_in_whole_sentences(lib, tmp_path):
+    """torch's first sentence only, never cut in the middle of a word."""
+    path = tmp_path / "cut.pt"
+    torch.save({"x": torch.zeros(3)}, path)
+    path.write_bytes(path.read_bytes()[:60])
+    with pytest.raises(lib.checkpoints.CheckpointError) as err:
+        lib.checkpoints.load_checkpoint(path)
+    message = str(err.value)
+    assert "central directory.)" in message and "corrupted" not in message, message
+    assert message.endswith("damaged or not a checkpoint of this notebook"), message
+    path.write_bytes(b"\x00not a checkpoint")  # what the weights-only reader stops at
+    with pytest.raises(lib.checkpoints.CheckpointError) as err:
+        lib.checkpoints.load_checkpoint(path)
+    message = str(err.value)
+    assert "(UnpicklingError: Unsupported operand 0)" in message, message
+    assert "weights_only" not in message and "cannot be read" in message, message
 
 
 def test_a_checkpoint_with_extra_or_missing_weights(lib, tiny_run):

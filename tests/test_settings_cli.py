@@ -29,6 +29,7 @@ from conftest import (
     NO_TRAINING,
     copy_args,
     copy_cfg,
+    error_line,
     forbid,
     lazy,
     refused,
@@ -38,6 +39,7 @@ from tools import errors, seed_spread
 from tools import train as cli
 
 torch = lazy("torch")
+resume = lazy("atkit.resume")
 
 # ---------------------------------------------------------------- settings
 
@@ -56,6 +58,8 @@ torch = lazy("torch")
         ({"factor": -1.0}, ["factor", "> 0"]),
         ({"factor": float("nan")}, ["factor", "nan"]),
         ({"factor": float("inf")}, ["factor", "finite"]),
+        ({"factor": 1e300}, ["factor=1e+300", "at most 1e+15"]),  # float32 overflows
+        ({"weight_decay": 1e300}, ["weight_decay", "at most 1e+15"]),
         ({"P_drop": 1.5}, ["P_drop", "1.5", "< 1"]),
         ({"eps_ls": 1.0}, ["eps_ls", "< 1"]),
         ({"norm": "bogus"}, ["norm", "bogus", "post", "pre"]),
@@ -214,6 +218,38 @@ def test_odd_but_usable_paths_work(lib, tmp_path, monkeypatch, capsys):
     assert json.loads(inside.read_text())["steps"] == 2
 
 
+def test_two_runs_never_share_a_results_file(lib, tmp_path, monkeypatch, capsys):
+    """issue 56: the results say whose they are (ckpt_dir); a second run into
+    another folder with the same --out is refused before it trains, and one that
+    finds --out taken when it ends (the other run finished first) writes beside its
+    checkpoints and says so, exit 2. Without --out, a run given --ckpt-dir writes
+    results.json there (not the one results/<preset>-<task>.json of every run)."""
+    monkeypatch.chdir(tmp_path)
+    settings = {**COPY, "steps": 2, "eval_every": 2}
+    out = tmp_path / "r.json"
+    assert run_program(copy_args(tmp_path / "a", settings, out=out), capsys)[0] == 0
+    first = out.read_bytes()
+    assert json.loads(first)["ckpt_dir"] == os.path.realpath(tmp_path / "a")
+    forbid(lib, monkeypatch, *NO_DATA)
+    message = refused(copy_args(tmp_path / "b", settings, out=out), capsys)
+    assert f"holds the results of the run in {tmp_path / 'a'}" in message, message
+    assert out.read_bytes() == first and not (tmp_path / "b").exists()
+    # the race: both started before either wrote; the second to end loses nothing
+    results = {**json.loads(first), "ckpt_dir": str(tmp_path / "b"), "steps": 7}
+    assert cli.write_results(results, out, tmp_path / "b") == 2
+    (kept,) = (tmp_path / "b").glob("results-*.json")
+    assert json.loads(kept.read_text())["steps"] == 7 and out.read_bytes() == first
+    line = error_line(capsys.readouterr().err)
+    assert "now holds the results of the run in" in line and str(kept) in line, line
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    argv = copy_args(tmp_path / "c", settings)
+    del argv[argv.index("--out") : argv.index("--out") + 2]
+    assert run_program(argv, capsys)[0] == 0
+    assert json.loads((tmp_path / "c" / "results.json").read_text())["steps"] == 2
+    assert not (tmp_path / "results").exists()
+
+
 def test_the_default_checkpoint_folder_honours_at_checkpoints(
     lib, tmp_path, monkeypatch, capsys
 ):
@@ -287,6 +323,7 @@ def _no_cuda(monkeypatch):
         (lambda t: ["--set", "seed=10**30"], ["seed", "not str"]),
         (lambda t: ["--set", f"seed={10**30}"], ["seed", "at most"]),
         (lambda t: ["--set", "seed=4294967296"], ["seed", "<="]),
+        (lambda t: ["--set", "factor=1e300"], ["factor=1e+300", "at most"]),
         (lambda t: ["--set", "model=None"], ["model settings by name"]),
         (lambda t: ["--set", "epochs=3"], ["unknown", "epochs"]),
         (lambda t: ["--set", "steps=3", "--set", "steps=4"], ["'steps'", "more than"]),
@@ -471,6 +508,16 @@ def _file(t: Path) -> Path:
             lambda t: ["--set", "vocab=bpe", "--set", "bpe_size=1000000"],
             ["bpe_size=1000000", "choose another bpe_size"],
         ),
+        # settings that pass their own checks but not the run's (issue 56): padding
+        # beyond the positional encoding; a model larger than this machine's memory
+        (
+            lambda t: ["--set", "pad_multiple=1000"],
+            ["pad_multiple=1000", "ModelConfig.max_len=256", "at most"],
+        ),
+        (
+            lambda t: ["--set", "d_model=1000000"],
+            ["d_model=1000000", "GiB", "more than", "give smaller sizes"],
+        ),
     ],
 )
 def test_refused_before_training_or_removing(
@@ -529,6 +576,14 @@ def test_an_unexpected_error_ends_in_one_line(lib, tmp_path, monkeypatch, capsys
     assert err.rstrip().splitlines()[-1].startswith("python -m tools.train: error:")
 
 
+CPU_ALLOC = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+    "allocate memory: you tried to allocate 4000000000000 bytes. Error code 12 "
+    "(Cannot allocate memory)"
+)
+GPU_ALLOC = "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total ..."
+
+
 def test_every_error_kind_has_its_status_and_advice():
     """errors.advice: refusals (exit 2) keep their message; a full disk is named as
     such wherever it happens, also inside another error's message (torch's zip
@@ -541,10 +596,16 @@ def test_every_error_kind_has_its_status_and_advice():
         (FileNotFoundError(2, "No such file"), 2, "check the path"),
         (MemoryError(), 1, "out of memory"),
         (KeyError("x"), 1, "unexpected"),
+        # PyTorch's failures to allocate are out of memory too (issue 56)
+        (RuntimeError(CPU_ALLOC), 1, "out of memory (PyTorch tried to allocate 3,72"),
+        (torch.OutOfMemoryError(GPU_ALLOC), 1, "out of memory (PyTorch tried to"),
+        (resume.NonFiniteLossError("the loss is nan; lower factor"), 2, "lower factor"),
     ]
     for err, status, words in cases:
         message, code = errors.advice(err)
         assert code == status and words in message, (err, message)
+        if "unexpected" not in words:
+            assert "unexpected" not in message, message
     full = files.DiskFullError(errno.ENOSPC, "the disk is full: last.pt ...")
     assert errors.advice(full) == ("the disk is full: last.pt ...", 2)
 
@@ -566,6 +627,18 @@ def test_seed_spread_validates_its_flags(capsys, argv, words):
     with pytest.raises(SystemExit) as err:
         seed_spread.main(argv)
     assert err.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_seed_spread_checks_every_seed_before_training(
+    lib, tmp_path, monkeypatch, capsys
+):
+    """issue 56: seed 2**40 is refused before seed 0 trains."""
+    forbid(lib, monkeypatch, *NO_DATA)
+    argv = ["--preset", "ci", "--seeds", "0", str(2**40), "--out", str(tmp_path / "s")]
+    status = errors.run_main(lambda: seed_spread.main(argv), "seeds")
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("error:") == 1, err
+    assert f"--seeds {2**40}" in err and "seed" in err and "<=" in err, err
 
 
 def test_seed_spread_checks_its_summary_file_before_training(

@@ -87,6 +87,20 @@ def test_word_count_counts_deep_dives_apart(tmp_path):
     assert (c.main_words, c.deep_words) == (7, 6)
 
 
+def test_word_count_names_a_file_it_cannot_read(tmp_path, capsys):
+    """issue 56: a file that is not UTF-8 text is one `error:` line naming it."""
+    from tools.errors import run_main
+
+    binary = tmp_path / "n.md"
+    binary.write_bytes(b"## Part\n\xff\xfe words\n")
+    status = run_main(
+        lambda: word_count.main(["--notebook", str(binary)]), "word_count"
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("error:") == 1, err
+    assert f"--notebook {binary} is not UTF-8 text" in err and "Traceback" not in err
+
+
 def test_every_deep_dive_is_collapsed_and_says_what_it_shows():
     """Each 'Deep dive:' heading opens its own cell, collapsed in JupyterLab, and its
     next paragraph is a one-line summary in italics (the page's fold shows it)."""

@@ -187,6 +187,16 @@ def test_bench_names_a_full_disk(lib, small_disk, monkeypatch, capsys):  # noqa:
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
 
 
+def test_bench_refuses_a_model_larger_than_memory(lib, monkeypatch, capsys):
+    """issue 56: --vocab 1000000000 is refused naming the vocabulary, before
+    PyTorch fails to allocate it (a message that named no setting)."""
+    monkeypatch.setattr(bench, "synthetic_pairs", must_not_run)
+    status = run(bench.main, bench.PROG, [*TINY_BENCH, "--vocab", "1000000000"])
+    line = one_error_line(capsys, bench.PROG)
+    assert status == 2, line
+    assert "vocabulary of 1,000,000,000" in line and "GiB" in line, line
+
+
 def test_bench_caps_threads_at_the_cores(lib, capsys):
     cores = runtime.cores_available()
     with pytest.raises(SystemExit) as exit_:  # refused while parsing: nothing ran

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import lazy, needs, quiet
+from tools import errors
 
 torch = lazy("torch")
 export = lazy("atkit.export")
@@ -288,16 +289,32 @@ def test_pack_keeps_tied_matrices_once_and_rows_within_half_a_step():
         export.pack_state(state, "int4")
 
 
+TINY_CONFIG = {
+    "model": {"N": 1, "d_model": 4, "d_ff": 6, "h": 2, "norm": "pre"},
+    "vocab": "bpe",
+    "bpe_size": 5,
+}
+
+
+def tiny_model_js(manifest=None, state=None) -> str:
+    """The text of a model file of a tiny model of TINY_CONFIG's shapes."""
+    torch.manual_seed(0)
+    shapes = export.expected_shapes(TINY_CONFIG)
+    state = state or {name: torch.randn(shape) for name, shape in shapes.items()}
+    manifest = manifest or {"x": 1, "config": TINY_CONFIG}
+    return export.model_js("de-en", manifest, state, b"proto", {"r": 2}, [["a", "b"]])
+
+
 def test_model_file_round_trip_and_damage(tmp_path):
-    state = {"w.weight": torch.randn(8, 8), "w.bias": torch.randn(8)}
-    text = export.model_js("de-en", {"x": 1}, state, b"proto", {"r": 2}, [["a", "b"]])
+    text = tiny_model_js()
     path = tmp_path / "de-en.js"
     assert export.write_if_changed(path, text)
     assert not export.write_if_changed(path, text), "the same content: not rewritten"
     ex = export.read_model(path)
-    assert ex.manifest == {"x": 1} and ex.spm_proto == b"proto"
+    assert ex.manifest == {"x": 1, "config": TINY_CONFIG} and ex.spm_proto == b"proto"
     assert ex.spacy == {"r": 2} and ex.detokenize == [["a", "b"]]
-    assert set(ex.state_dict) == set(state)
+    assert set(ex.state_dict) == set(export.expected_shapes(TINY_CONFIG))
+    assert export.read_manifest(path) == ("de-en", ex.manifest)
     path.write_text(text.replace('"data":"', '"data":"AAAA'))
     with pytest.raises(export.ExportError, match="damaged.*export it again"):
         export.read_model(path)
@@ -306,6 +323,75 @@ def test_model_file_round_trip_and_damage(tmp_path):
         export.read_model(path)
     with pytest.raises(export.ExportError, match="no such exported model"):
         export.read_model(tmp_path / "missing.js")
+
+
+def edited(text: str, edit) -> str:
+    """A model file's text with `edit(meta)` applied to its meta, its hash kept."""
+    match = export._STATEMENT.search(text)
+    obj = json.loads(match.group(2))
+    meta = json.loads(obj["meta"])
+    edit(meta)
+    obj["meta"] = json.dumps(meta, ensure_ascii=True, separators=(",", ":"))
+    body = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+    return text[: match.start(2)] + body + text[match.end(2) :]
+
+
+def rehashed(text: str) -> str:
+    """A model file's text with its hash made to match its content again."""
+    match = export._STATEMENT.search(text)
+    obj = json.loads(match.group(2))
+    meta = {k: v for k, v in json.loads(obj["meta"]).items()}
+    return export.wrap(obj["direction"], meta, obj["data"])
+
+
+def set_bleu(meta):
+    meta["manifest"].setdefault("bleu", {})["note"] = "99.99, edited"
+
+
+def set_d_model(meta):
+    meta["manifest"]["config"]["model"]["d_model"] //= 2
+
+
+def test_a_model_file_carries_its_hash_and_a_changed_one_is_damaged(tmp_path):
+    """issue 56: an edited manifest (a better BLEU), weights packed again, or a
+    file cut short is refused as damaged, with how to get it back."""
+    text = tiny_model_js()
+    path = tmp_path / "de-en.js"
+    for name, bad in {
+        "an edited manifest": edited(text, set_bleu),
+        "other weights": text.replace('"data":"', '"data":"eJ', 1),
+        "cut short": text[: len(text) // 2] + '"};\n',
+    }.items():
+        path.write_text(bad)
+        with pytest.raises(export.ExportError) as err:
+            export.read_model(path)
+        assert "damaged" in str(err.value), (name, str(err.value))
+        assert "export it again with `python -m tools.export_model`" in str(err.value)
+    # a manifest whose settings contradict the tensors, hash and all made anew
+    path.write_text(rehashed(edited(text, set_d_model)))
+    with pytest.raises(export.ExportError, match="do not fit its manifest's settings"):
+        export.read_model(path)
+    with pytest.raises(ValueError, match="do not fit the manifest's settings"):
+        manifest = {"config": {**TINY_CONFIG, "bpe_size": 6}}
+        tiny_model_js(manifest=manifest)
+    # an older file, without a hash
+    body = export._STATEMENT.search(text).group(2)
+    v1 = {"format": 1, "direction": "de-en", **json.loads(json.loads(body)["meta"])}
+    path.write_text(text.replace(body, json.dumps(v1)))
+    with pytest.raises(export.ExportError, match="format 1"):
+        export.read_model(path)
+
+
+def test_a_missing_or_damaged_committed_model_says_git_checkout(monkeypatch):
+    """The committed model comes back with git, for a reader who cannot train
+    (AT_PRETRAINED=1 reads it through read_model)."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(export.ExportError) as err:
+        export.read_model("docs/translate/xx-yy.js")
+    assert "git checkout docs/translate/xx-yy.js" in str(err.value)
+    assert export.restore_advice(DOCS / "translate" / "de-en.js").startswith(
+        "restore it with `git checkout docs/translate/de-en.js`"
+    )
 
 
 def test_export_is_deterministic_and_refuses_docs_for_other_presets(
@@ -323,6 +409,81 @@ def test_export_is_deterministic_and_refuses_docs_for_other_presets(
         export_model.export_run(lib, run_dir, 2, 1.0, DOCS, "ci", log=quiet)
     after = {p: p.stat().st_mtime_ns for p in DOCS.rglob("*") if p.is_file()}
     assert before == after, "a refused export leaves docs/ untouched"
+
+
+def test_the_page_reads_only_model_files_and_names_a_bad_one(
+    exported, tmp_path, capsys
+):
+    """issue 56: a copy such as de-en-backup.js in translate/ is no model of the
+    page; a file named as a model that is not one is refused by name, exit 2."""
+    folder = tmp_path / "translate"
+    folder.mkdir()
+    good = exported.read_text(encoding="utf-8")
+    (folder / "de-en.js").write_text(good, encoding="utf-8")
+    (folder / "de-en-backup.js").write_text(good[:1000], encoding="utf-8")
+    assert export_model.model_files(tmp_path) == [folder / "de-en.js"]
+    page = export_model.page_html(tmp_path)
+    assert "de-en-backup" not in page
+    for name, text in {
+        "fr-en.js": "// notes\n",
+        "en-de.js": good,  # the de-en model under another direction's name
+        "es-en.js": edited(good, set_bleu),
+    }.items():
+        (folder / name).write_text(text, encoding="utf-8")
+        status = errors.run_main(
+            lambda: export_model.main(["--page-only", "--out", str(tmp_path)]),
+            "python -m tools.export_model",
+        )
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("error:") == 1, (name, err)
+        assert f"{folder / name}" in err and "Traceback" not in err, (name, err)
+        (folder / name).unlink()
+    assert export_model.page_html(tmp_path) == page
+
+
+def test_export_checks_out_before_the_long_work(lib, run_dir, tmpfs, monkeypatch):
+    """issue 56: a read-only or full --out is refused before the snapshots are
+    averaged and scored."""
+
+    def long_work(*args, **kwargs):
+        pytest.fail("averaged the snapshots before checking --out")
+
+    monkeypatch.setattr(lib, "averaged_model", long_work)
+    read_only = tmpfs("ro", "1m", read_only=True)
+    with pytest.raises(PermissionError, match="--out.*cannot be written"):
+        export_model.export_run(lib, run_dir, 1, 1.0, read_only, "ci", log=quiet)
+    full = tmpfs("full", "64k")
+    with pytest.raises(export_model.UsageError, match="--out.*MB free"):
+        export_model.export_run(lib, run_dir, 1, 1.0, full, "ci", log=quiet)
+    assert not (full / "translate" / "de-en.js").exists()
+
+
+def test_the_manifest_records_the_snapshots_averaged(lib, run_dir, tmp_path):
+    """issue 56: --n-avg 99 on a run with three snapshots up to its best averages
+    three and says so, and the manifest records three; a run that did not keep
+    the snapshots asked for is refused, saying how many it kept."""
+    with pytest.raises(export_model.UsageError, match="give --n-avg 3 or less"):
+        export_model.export_run(lib, run_dir, 99, 1.0, tmp_path, "ci", log=quiet)
+    short = tmp_path / "short"
+    short.mkdir()
+    kept = sorted(p.name for p in run_dir.glob("step*.pt"))
+    for name in kept:
+        (short / name).symlink_to(run_dir / name)
+    state = torch.load(run_dir / "last.pt", weights_only=True)
+    history = state["history"]
+    steps = [int(name[4:10]) for name in kept]
+    at = [history["steps"].index(s) for s in steps]
+    for key in ("steps", "train_loss", "val_loss", "time_s"):
+        history[key] = [history[key][i] for i in at]
+    history["best_step"] = steps[-1]
+    torch.save(state, short / "last.pt")
+    said = []
+    path = export_model.export_run(
+        lib, short, 99, 1.0, tmp_path / "out", "ci", bleu=False, log=said.append
+    )
+    man = export.read_model(path).manifest
+    assert man["n_avg"] == len(steps) == 3 and man["averaged_steps"] == steps
+    assert any("averaging those 3" in m for m in said), said
 
 
 def test_manifest_and_the_notebook_loader(lib, run_dir, exported, reference):
@@ -495,6 +656,60 @@ def test_racing_example_clicks_show_the_last_ones_translation(opened):
     assert got["details"].startswith(f"{got['wantWords']} words"), got["details"]
     assert got["viewTgt"] == got["wantTgt"], "the attention view is of another output"
     assert not opened.errors, f"script errors: {opened.errors}"
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (set_bleu, "does not match the SHA-256 it carries"),
+        (set_d_model, "do not fit its manifest's settings"),
+    ],
+)
+def test_page_refuses_a_damaged_model_file(browser, exported, tmp_path, edit, words):
+    """issue 56: the page checks the file's hash, and its tensors against its
+    manifest's settings, before it computes with them; the reader is told the file
+    is damaged and how to restore it. A manifest edited with its hash made anew
+    (d_model 64 -> 32) is caught by the shapes."""
+    (tmp_path / "translate").mkdir()
+    bad = edited(exported.read_text(encoding="utf-8"), edit)
+    if edit is set_d_model:
+        bad = rehashed(bad)
+    (tmp_path / "translate" / "de-en.js").write_text(bad, encoding="utf-8")
+    page = tmp_path / "translate.html"
+    page.write_bytes((exported.parent.parent / "translate.html").read_bytes())
+    o = Opened(browser, page.as_uri(), tmp_path.as_uri())
+    try:
+        state = o.evaluate("() => document.body.dataset.state")
+        status = o.evaluate("() => document.getElementById('tr-status').textContent")
+    finally:
+        o.close()
+    assert state == "error", status
+    assert "damaged" in status and words in status, status
+    assert "git checkout docs/translate/de-en.js" in status, status
+
+
+def test_page_survives_markup_in_the_manifest(lib, run_dir, browser, tmp_path):
+    """A manifest string such as a run folder named `<!--<script>` is inlined into
+    the page's script as data, never read as markup: the page loads and
+    translates (it stayed at "Loading the model..." before)."""
+    odd = tmp_path / "<!--<script>"
+    odd.symlink_to(run_dir, target_is_directory=True)
+    out = tmp_path / "out"
+    export_model.export_run(lib, odd, 1, 1.0, out, "ci", bleu=False, log=quiet)
+    page = out / "translate.html"
+    o = Opened(browser, page.as_uri(), out.as_uri())
+    try:
+        assert o.evaluate("() => document.body.dataset.state") == "ready"
+        r = o.submit("Ein Hund.")
+        assert r["state"] == "done" and r["translation"], r
+        assert not o.errors
+        run = o.evaluate(
+            "async () => (await atkitPage.translator('de-en')).manifest.run"
+        )
+        assert run == "<!--<script>"
+    finally:
+        o.close()
+    assert "<!--" not in page.read_text(encoding="utf-8").split("const MODELS")[1]
 
 
 def test_page_loads_nothing_but_its_files(opened, exported, browser, server):

@@ -448,6 +448,7 @@ def main(argv=None) -> int:
     compile_model = cfg.compile if args.compile is None else args.compile
     torch.set_num_threads(args.threads or runtime.torch_threads(args.preset))
     device = runtime.default_device()
+    cli.check_model_size(lib, cfg.model, vocab, vocab, device)
     pairs = synthetic_pairs(lib, cfg, vocab, args.batches)
     batches = lib.make_batches(pairs, cfg, device)[: args.batches]
     paths = args.paths

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -36,7 +37,12 @@ REFUSALS = {
     "DiskFullError",
     "UsageError",
     "ExportError",
+    "NonFiniteLossError",  # the loss diverged: its message names the setting
 }
+MEMORY_ADVICE = (
+    "use a smaller preset or setting (d_model, d_ff, N, the vocabulary, max_tokens, "
+    "decode_tokens), or close other programs"
+)
 
 
 class UsageError(Exception):
@@ -60,6 +66,26 @@ def disk_full(err: BaseException) -> bool:
     return False
 
 
+def out_of_memory(err: BaseException) -> str | None:
+    """What `err` says about memory that ran out, in words ("" if nothing more than
+    that it did), or None if it is not such an error: Python's MemoryError, and
+    PyTorch's failures to allocate (on a CPU a RuntimeError, on a GPU
+    torch.OutOfMemoryError)."""
+    text = str(err)
+    torch_says = isinstance(err, RuntimeError) and (
+        type(err).__name__ == "OutOfMemoryError"
+        or "can't allocate memory" in text
+        or "out of memory" in text.lower()
+    )
+    if not (isinstance(err, MemoryError) or torch_says):
+        return None
+    asked = re.search(r"tried to allocate (\d+) bytes", text, re.I)
+    if asked:
+        return f"PyTorch tried to allocate {int(asked[1]) / 2**30:,.1f} GiB"
+    asked = re.search(r"tried to allocate ([\d.]+ ?[KMGT]i?B)", text, re.I)
+    return f"PyTorch tried to allocate {asked[1]}" if asked else ""
+
+
 def advice(err: BaseException) -> tuple[str, int]:
     """(the message after `error:`, the exit status) for an exception."""
     name = type(err).__name__
@@ -81,12 +107,9 @@ def advice(err: BaseException) -> tuple[str, int]:
         return text + hint, 2
     if isinstance(err, FileNotFoundError | NotADirectoryError | IsADirectoryError):
         return text + ("; check the path" if raw else ""), 2
-    if isinstance(err, MemoryError):
-        return (
-            "out of memory; use a smaller preset or setting (max_tokens, "
-            "decode_tokens), or close other programs",
-            1,
-        )
+    memory = out_of_memory(err)
+    if memory is not None:
+        return f"out of memory{f' ({memory})' if memory else ''}; {MEMORY_ADVICE}", 1
     if isinstance(err, OSError):
         return f"{name}: {text}", 1
     return (

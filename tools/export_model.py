@@ -5,12 +5,16 @@ readers who cannot train (the notebook's AT_PRETRAINED=1).
         --n-avg 3 --alpha 1.5 --preset cpu --out docs
 
 takes the weights that Part 4's best row decodes (the average of the `--n-avg`
-snapshots that end at the run's best one; 1: the best snapshot alone), stores them
+snapshots that end at the run's best one, or of all up to it if there are fewer; 1:
+the best snapshot alone; the manifest records those averaged), stores them
 with the run's sentencepiece model and spaCy's rules in `<out>/translate/<dir>.js`
 (atkit/export.py: int8 matrices with a scale per row), scores the stored weights and
 the PyTorch model on test_2016 with the notebook's own code (greedy, and beam search
 with `--alpha`) and writes those scores into the file, and renders the page
-`<out>/translate.html` for every model file in `<out>/translate/`. Part 4 runs this
+`<out>/translate.html` for every model file in `<out>/translate/` (named as a
+direction is, de-en.js; each checked as the page checks it). `--out` is checked
+before the work: a folder that takes no new file, or a disk without room for the
+model file, is refused at once. Part 4 runs this
 command in `make run`; the `cpu` preset's run alone writes into the repository's
 docs/, whose model files must stay under 12 MB together. A model file whose content
 is unchanged is not rewritten.
@@ -25,13 +29,13 @@ import html
 import json
 import math
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
 
-import torch
-
 from atkit import export
+from atkit.files import probe_writable, writable_folder
 from tools.errors import UsageError, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +84,71 @@ def scores(lib, model, data, alpha, beam_size) -> dict:
     return out
 
 
+def file_bytes(state: dict, quant: str) -> int:
+    """About how many bytes the model file of `state` takes, at most: its tensors as
+    stored (a tied one once), base64-encoded, and 2 MB for the rest."""
+    seen, raw = set(), 0
+    for t in state.values():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        if t.dim() == 2:
+            raw += t.numel() * (1 if quant == "int8" else 2) + 4 * t.shape[0]
+        else:
+            raw += 4 * t.numel()
+    return raw * 4 // 3 + 2_000_000
+
+
+def check_out(out: Path, direction: str, state: dict, quant: str) -> None:
+    """The model file and the page can be written into `out` (a folder that takes
+    new files, on a disk with room for them), or a refusal naming --out: before the
+    snapshots are averaged and scored, not after."""
+    for path in (out / "translate" / f"{direction}.js", out / "translate.html"):
+        if path.is_dir():
+            raise UsageError(
+                f"--out {out}: {path} is a folder where the export writes a file; "
+                "move it out of the way (or give another --out)"
+            )
+    writable_folder(out / "translate", "--out", f"{direction}.js")
+    probe_writable(out, "--out", "translate.html")
+    need = file_bytes(state, quant)
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise UsageError(
+            f"--out {out}: the disk has {free / 1e6:,.1f} MB free, the model file and "
+            f"its page need about {need / 1e6:,.1f} MB; free some space (or give an "
+            "--out on another disk)"
+        )
+
+
+def snapshots_to_average(lib, ckpt_dir, history, n_avg, log) -> list[int]:
+    """The steps of the snapshots that `--n-avg` averages: the `n_avg` that end at
+    the best one, or all up to it if the run has fewer (said); a refusal if the
+    run did not keep them."""
+    steps = lib.last_snapshots(history, n_avg)
+    kept = 0
+    while kept < len(steps) and lib.snapshot_path(ckpt_dir, steps[-1 - kept]).exists():
+        kept += 1
+    if kept == 0:
+        raise UsageError(
+            f"{ckpt_dir}: the best snapshot, "
+            f"{lib.snapshot_path(ckpt_dir, steps[-1]).name}, is missing; train the "
+            "run again (or give the folder of another run)"
+        )
+    if kept < len(steps):
+        raise UsageError(
+            f"--n-avg {n_avg}: {ckpt_dir} kept {kept} snapshot(s) up to its best "
+            f"one; give --n-avg {kept} or less"
+        )
+    if len(steps) < n_avg:
+        log(
+            f"--n-avg {n_avg}: the run has {len(steps)} snapshot(s) up to its best "
+            f"one; averaging those {len(steps)}"
+        )
+    return steps
+
+
 def export_run(
     lib,
     ckpt_dir,
@@ -97,6 +166,8 @@ def export_run(
 ) -> Path:
     """Export one run (see the module docstring); returns the model file's path.
     `n_eval`: score the first n test sentences only (default: the run's n_eval)."""
+    import torch
+
     ckpt_dir, out = Path(ckpt_dir), Path(out)
     last = lib.checkpoints.load_checkpoint(ckpt_dir / "last.pt")
     history, cfg = last["history"], lib.RunConfig.from_dict(last["config"])
@@ -110,13 +181,14 @@ def export_run(
             f"preset {preset}: only the cpu preset's run exports into "
             f"{DOCS}; pass another --out"
         )
+    direction = f"{cfg.src_lang}-{lib.other_lang(cfg.src_lang)}"
+    check_out(out, direction, last["model"], quant)  # before the long work
+    steps = snapshots_to_average(lib, ckpt_dir, history, n_avg, log)
     try:
-        model = lib.averaged_model(ckpt_dir, history, "cpu", n_avg)
-    except ValueError as err:  # n_avg larger than the snapshots kept, say
+        model = lib.averaged_model(ckpt_dir, history, "cpu", len(steps))
+    except ValueError as err:  # a snapshot of another run, say
         raise UsageError(f"{ckpt_dir}: {err}") from None
     vocab = lib.vocab_from_state(last["vocab_src"])
-    direction = f"{cfg.src_lang}-{lib.other_lang(cfg.src_lang)}"
-    at = history["steps"].index(history["best_step"])
     entries, aliases, blob = export.pack_state(model.state_dict(), quant)
     exported = lib.build_model(cfg.model, len(vocab), len(vocab))
     exported.load_state_dict(export.unpack_state(entries, aliases, bytes(blob)))
@@ -127,8 +199,8 @@ def export_run(
         "torch": torch.__version__.split("+")[0],
         "run": ckpt_dir.name,
         "best_step": history["best_step"],
-        "n_avg": n_avg,
-        "averaged_steps": history["steps"][at - n_avg + 1 : at + 1],
+        "n_avg": len(steps),  # what was averaged, not what was asked for
+        "averaged_steps": steps,
         "alpha": alpha,
         "beam_size": beam_size,
         "quant": quant,
@@ -185,8 +257,16 @@ def export_run(
 # ------------------------------------------------------------------ the page
 
 
+MODEL_NAME = re.compile(r"[a-z]+-[a-z]+\.js")
+
+
 def model_files(out) -> list[Path]:
-    return sorted((Path(out) / "translate").glob("*-*.js"))
+    """The model files in `<out>/translate/`: those named as a direction is (de-en.js;
+    a copy such as de-en-backup.js is no model of the page)."""
+    folder = Path(out) / "translate"
+    return sorted(
+        p for p in folder.glob("*-*.js") if MODEL_NAME.fullmatch(p.name) and p.is_file()
+    )
 
 
 def page_html(out) -> str:
@@ -195,13 +275,18 @@ def page_html(out) -> str:
     out = Path(out)
     models = []
     for path in model_files(out):
-        ex = _manifest_only(path)
+        direction, manifest = export.read_manifest(path)  # checked: hash, shapes
+        if direction != path.stem:
+            raise export.ExportError(
+                f"{path} holds the {direction} model; rename it {direction}.js (or "
+                "move it out of the way)"
+            )
         models.append(
             {
                 "direction": path.stem,
                 "src": f"translate/{path.name}",
                 "bytes": path.stat().st_size,
-                **ex,
+                "manifest": manifest,
             }
         )
     atkit = ROOT / "atkit"
@@ -209,7 +294,7 @@ def page_html(out) -> str:
         "TRANSLATOR_JS": (atkit / "translator.js").read_text(encoding="utf-8"),
         "VIEW_JS": (atkit / "attention_view.js").read_text(encoding="utf-8"),
         "VIEW_CSS": (atkit / "attention_view.css").read_text(encoding="utf-8"),
-        "MODELS_JSON": json.dumps(models, ensure_ascii=True).replace("</", "<\\/"),
+        "MODELS_JSON": script_json(models),
         "MODELS_TEXT": html.escape(describe(models)),
     }
     for key in ("TRANSLATOR_JS", "VIEW_JS"):
@@ -219,12 +304,14 @@ def page_html(out) -> str:
     return re.sub(r"\{\{([A-Z_]+)\}\}", lambda m: parts[m.group(1)], page)
 
 
-def _manifest_only(path: Path) -> dict:
-    """The manifest of a model file without decoding its weights."""
-    text = path.read_text(encoding="utf-8")
-    at = text.index('"manifest":') + len('"manifest":')
-    manifest, _ = json.JSONDecoder().raw_decode(text, at)
-    return {"manifest": manifest}
+def script_json(value) -> str:
+    """`value` as JSON to inline in a <script>: no <, > or & (as \\u escapes), so
+    that no string in it (a run folder named `<!--<script`, say) can end the script
+    or change how the HTML parser reads it."""
+    text = json.dumps(value, ensure_ascii=True)
+    for char in "<>&":
+        text = text.replace(char, f"\\u{ord(char):04x}")
+    return text
 
 
 def weights_of(manifest) -> str:
@@ -293,7 +380,7 @@ def main(argv=None) -> int:
     from atkit import runtime
 
     lib = nbexport.load()
-    torch.set_num_threads(runtime.torch_threads(args.preset))
+    lib.torch.set_num_threads(runtime.torch_threads(args.preset))
     export_run(
         lib,
         args.ckpt_dir,

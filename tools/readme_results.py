@@ -20,6 +20,7 @@ import nbformat
 from atkit.files import check_writable
 from tools.errors import UsageError, run_main
 
+PROG = "python -m tools.readme_results"
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -29,8 +30,40 @@ def terminal_text(text: str) -> str:
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
 
 
+WHAT = {
+    "--readme": "README.md",
+    "--notebook": "the executed annotated_transformer.ipynb",
+}
+
+
+def read_text(path: Path, flag: str) -> str:
+    """The text of `path`, or a refusal naming it (and the option that gave it) if
+    it is not UTF-8 text."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"{flag} {path} is not UTF-8 text (byte {err.start} cannot be decoded); "
+            f"give {WHAT[flag]}"
+        ) from None
+
+
+def read_notebook(notebook: Path):
+    """The notebook at `notebook`, or a refusal naming it."""
+    text = read_text(notebook, "--notebook")
+    try:
+        return nbformat.reads(text, as_version=4)
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise UsageError(
+            f"--notebook {notebook} cannot be read as a notebook ("
+            f"{type(err).__name__}{': ' + first if first else ''}); give "
+            f"{WHAT['--notebook']}"
+        ) from None
+
+
 def results_block(notebook: Path) -> str:
-    nb = nbformat.read(notebook, as_version=4)
+    nb = read_notebook(notebook)
     heading, lead, parts = None, None, []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -44,7 +77,7 @@ def results_block(notebook: Path) -> str:
             continue
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         if errors:
-            raise SystemExit(
+            raise UsageError(
                 f"the `results` cell under {heading!r} ended in an error "
                 f"({errors[0].get('ename')}): run the notebook again; README.md was "
                 "left as it was"
@@ -56,13 +89,13 @@ def results_block(notebook: Path) -> str:
         )
         text = terminal_text(text).strip()
         if not text:
-            raise SystemExit(
+            raise UsageError(
                 f"a `results` cell under {heading!r} has no output: run it"
             )
         title = f"{heading}: {lead}" if lead else heading
         parts.append(f"**{title}**\n\n```text\n{text}\n```\n")
     if not parts:
-        raise SystemExit(f"{notebook} has no cells tagged `results`")
+        raise UsageError(f"{notebook} has no cells tagged `results`")
     head = f"From the committed run of the notebook (preset `{run_preset(nb)}`):\n\n"
     return head + "\n".join(parts)
 
@@ -77,7 +110,7 @@ def run_preset(nb) -> str:
             facts = o.get("data", {}).get(RUN_MIME)
             if facts:
                 return facts["preset"]
-    raise SystemExit(
+    raise UsageError(
         "the notebook's Setup cell shows no run facts (its output lacks "
         f"{RUN_MIME}): run the notebook again"
     )
@@ -86,12 +119,12 @@ def run_preset(nb) -> str:
 def replace_block(readme: str, block: str) -> str:
     counts = {m: readme.count(m) for m in (START, END)}
     if counts != {START: 1, END: 1}:
-        raise SystemExit(
+        raise UsageError(
             f"README.md needs each of the markers {START} and {END} once, in that "
             f"order; it has {counts[START]} and {counts[END]} of them"
         )
     if readme.index(END) < readme.index(START):
-        raise SystemExit(
+        raise UsageError(
             f"README.md has the marker {END} before {START}: put the start marker first"
         )
     before, rest = readme.split(START, 1)
@@ -114,13 +147,13 @@ def main(argv=None) -> int:
             )
     if not args.check:
         check_writable(args.readme.parent, "--readme")
-    old = args.readme.read_text()
+    old = read_text(args.readme, "--readme")
     new = replace_block(old, results_block(args.notebook))
     if args.check:
         if new != old:
             print(
-                "README.md's results are not those of the notebook: run "
-                "`python -m tools.readme_results`",
+                f"{PROG}: error: README.md's results are not those of the notebook: "
+                "run `python -m tools.readme_results`",
                 file=sys.stderr,
             )
             return 1
@@ -134,7 +167,7 @@ def main(argv=None) -> int:
 
 def main_guarded(argv=None) -> int:
     """The program: main, with any error as one line (tools/errors.py)."""
-    return run_main(lambda: main(argv), "python -m tools.readme_results")
+    return run_main(lambda: main(argv), PROG)
 
 
 if __name__ == "__main__":

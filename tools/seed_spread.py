@@ -29,8 +29,9 @@ from pathlib import Path
 from atkit import runtime
 from atkit.files import writable_folder, write_text_atomic
 from atkit.seeds import same_settings, spread_path, summary
+from atkit.settings import ConfigError
 from tools import train
-from tools.errors import run_main
+from tools.errors import UsageError, run_main
 
 # the models whose spread the table needs: (name, folder name, --set changes)
 MODELS = (
@@ -112,6 +113,12 @@ def main(argv=None) -> int:
     preset = args.preset or runtime.choose_preset()
     if len(set(args.seeds)) < 2 or min(args.seeds) < 0:
         p.error(f"--seeds {args.seeds}: give at least two different seeds >= 0")
+    for seed in args.seeds:  # every run's settings, before the first one trains
+        for _, _, sets in MODELS:
+            try:
+                wanted_config(preset, seed, sets)
+            except ConfigError as err:
+                raise UsageError(f"--seeds {seed}: {err}") from None
     out = args.out or spread_path(preset)
     if out.is_dir():
         p.error(f"--out {out} is a folder; give a file name")

@@ -16,8 +16,8 @@ file, the device, torchrun's variables) before any work, and reports; the notebo
 `train` checks the checkpoint folder, honours `--fresh` (deleting only the run's own
 checkpoint files) and holds the folder's lock. Any error ends in one `error:` line
 (tools/errors.py). The results of a finished run are never lost: if `--out` cannot be
-written they go beside the checkpoints, or to standard output, and the message says
-where.
+written, or holds the results of another run (their `ckpt_dir` says whose they are),
+they go beside the checkpoints, or to standard output, and the message says where.
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ def make_parser(searches=("greedy", "beam")) -> argparse.ArgumentParser:
         "--out",
         type=file_path,
         default=None,
-        help="results JSON (default: results/<preset>-<task>.json)",
+        help="results JSON (default: results/<preset>-<task>.json, or results.json "
+        "in --ckpt-dir when it is given)",
     )
     p.add_argument(
         "--fresh", action="store_true", help="delete this run's checkpoint files first"
@@ -197,8 +198,24 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
             f"--out {out} would replace a file of the run in --ckpt-dir {ckpt_dir}; "
             "give the results file another name"
         )
+    other = results_owner(out)
+    if other is not None and other != os.path.realpath(ckpt_dir):
+        raise UsageError(
+            f"--out {out} holds the results of the run in {other}; give this run "
+            f"(--ckpt-dir {ckpt_dir}) another results file, or delete that one"
+        )
     writable_folder(out.parent, "--out", out.name)
     return out
+
+
+def results_owner(out: Path) -> str | None:
+    """The checkpoint folder of the run whose results `out` holds (None: no such
+    file, or one that does not say)."""
+    try:
+        owner = json.loads(out.read_text(encoding="utf-8")).get("ckpt_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
 
 
 def check_args(args, preset) -> None:
@@ -206,11 +223,12 @@ def check_args(args, preset) -> None:
     or removed: the results file, the device, torchrun's variables, the search."""
     import torch
 
+    default_out = Path("results") / f"{preset}-{args.task}.json"
     if args.ckpt_dir is None:  # $AT_CHECKPOINTS is checked where it is used
         args.ckpt_dir = runtime.checkpoint_root(preset) / args.task
-    args.out = check_out(
-        args.out or Path("results") / f"{preset}-{args.task}.json", args.ckpt_dir
-    )
+    else:  # one results file per run folder: two runs never share one
+        default_out = args.ckpt_dir / "results.json"
+    args.out = check_out(args.out or default_out, args.ckpt_dir)
     if not 0 < args.timeout_s < float("inf"):
         raise UsageError(f"--timeout-s {args.timeout_s}: give a number of seconds > 0")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -221,6 +239,22 @@ def check_args(args, preset) -> None:
     given = [flag for flag, value in beam.items() if value is not None]
     if given and args.search != "beam":
         raise UsageError(f"{' and '.join(given)} need --search beam")
+
+
+def check_model_size(lib, model_cfg, n_src: int, n_tgt: int, device) -> None:
+    """A model too large to train on `device` at all is refused naming its sizes,
+    before it is built (PyTorch's own failure would name none): it is counted on the
+    "meta" device, which holds no numbers."""
+    with lib.torch.device("meta"):
+        model = lib.build_model(model_cfg, n_src, n_tgt)
+    m = model_cfg
+    vocab = f"{n_src:,}" if n_src == n_tgt else f"{n_src:,} and {n_tgt:,}"
+    runtime.check_model_memory(
+        model,
+        device,
+        f"the model of N={m.N}, d_model={m.d_model}, d_ff={m.d_ff} and a "
+        f"vocabulary of {vocab}",
+    )
 
 
 def search_from_args(lib, args):
@@ -267,6 +301,7 @@ def train_cli(argv=None) -> int:
     is_main = world is None or world.is_main
     log = (lambda m: print(m, flush=True)) if is_main else (lambda m: None)
     data = lib.copy_task_data(cfg) if args.task == "copy" else lib.prepare_data(cfg)
+    check_model_size(lib, cfg.model, len(data.vocab_src), len(data.vocab_tgt), device)
     model, history = lib.train(
         cfg,
         data,
@@ -298,6 +333,7 @@ def run_results(lib, args, preset, cfg, data, model, history, device) -> dict:
     return {
         "task": args.task,
         "preset": preset,
+        "ckpt_dir": os.path.realpath(args.ckpt_dir),  # whose results these are
         "config": cfg.to_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": history["steps"][-1] if history["steps"] else 0,
@@ -334,12 +370,17 @@ def write_results(results: dict, out: Path, ckpt_dir: Path) -> int:
     status: 0, or 2 when they did not go to `out`."""
     text = json.dumps(results, indent=2) + "\n"
     summary = {k: v for k, v in results.items() if k.startswith(("bleu_", "tokens_"))}
-    try:
-        write_text_atomic(out, text)
-        print(json.dumps({**summary, "best_step": results["best_step"]}), "->", out)
-        return 0
-    except OSError as err:
-        first = f"{out}: {err.strerror or err}"
+    other = results_owner(out)
+    mine = results.get("ckpt_dir", os.path.realpath(ckpt_dir))
+    if other is not None and other != mine:  # another run finished first
+        first = f"{out}, which now holds the results of the run in {other}"
+    else:
+        try:
+            write_text_atomic(out, text)
+            print(json.dumps({**summary, "best_step": results["best_step"]}), "->", out)
+            return 0
+        except OSError as err:
+            first = f"{out}: {err.strerror or err}"
     fallback = Path(ckpt_dir) / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"
     try:
         write_text_atomic(fallback, text)

@@ -44,8 +44,23 @@ def count(path: Path) -> Counts:
     """Words of prose and lines of code, on the main path and in deep dives."""
     import jupytext
 
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"--notebook {path} is not UTF-8 text (byte {err.start} cannot be "
+            "decoded); give the notebook's .md file"
+        ) from None
+    ext = path.suffix if path.suffix in (".md", ".ipynb", ".py") else ".md"
+    try:
+        notebook = jupytext.reads(text, fmt=ext.lstrip("."))
+    except (ValueError, TypeError, KeyError) as err:
+        raise UsageError(
+            f"--notebook {path} cannot be read as a notebook ({type(err).__name__}: "
+            f"{str(err)[:200]}); give the notebook's .md file"
+        ) from None
     counts, deep_level = Counts(), None
-    for cell in jupytext.read(str(path)).cells:
+    for cell in notebook.cells:
         text = cell.source
         if cell.cell_type == "markdown":
             for line in text.splitlines():
