@@ -986,13 +986,14 @@
 
   // options.wasm = false: JavaScript loops only (the page's fallback, for tests)
   async function load(data, options) {
-    if (!data || data.format !== 2) {
-      throw new Error("not a model file of this page (format 2, with a checksum): export it again with python -m tools.export_model");
+    const fields = ["direction", "meta", "data", "sha256"];
+    if (!data || data.format !== 2 || fields.some((f) => typeof data[f] !== "string")) {
+      throw new Error("not a model file of tools.export_model for this page (format 2, with a checksum): export it again with python -m tools.export_model");
     }
     const direction = data.direction, file = `The ${direction} model file`;
     const restore = `restore it with git checkout docs/translate/${direction}.js (or export it again with python -m tools.export_model)`;
     const content = new TextEncoder().encode(`${direction}\n${data.meta}\n${data.data}`);
-    if (typeof data.meta !== "string" || typeof data.data !== "string" || sha256Hex(content) !== data.sha256) {
+    if (sha256Hex(content) !== data.sha256) {
       throw new Error(`${file} is damaged: its content does not match the SHA-256 it carries; ${restore}.`);
     }
     const meta = JSON.parse(data.meta);

@@ -7,7 +7,7 @@
 // Each check runs with the WebAssembly kernel and with the JavaScript loops.
 const test = require("node:test");
 const assert = require("node:assert/strict");
-const { translator, json, modelData, loadModel } = require("./golden.js");
+const { translator, json, modelData, withMeta, loadModel } = require("./golden.js");
 
 const golden = json("cases.json");
 const runSync = (gen) => {
@@ -120,6 +120,8 @@ test("input the model cannot read is refused with a message", async () => {
 test("load refuses what is not a model file, and damaged data", async () => {
   await assert.rejects(translator.load({ format: 2 }), /not a model file of tools.export_model/);
   await assert.rejects(translator.load(null), /not a model file/);
-  const data = { ...modelData(), size: modelData().size + 1 };
-  await assert.rejects(translator.load(data), /model data: \d+ bytes, expected \d+/);
+  const cut = { ...modelData(), data: modelData().data.slice(0, -4) };
+  await assert.rejects(translator.load(cut), /is damaged: its content does not match the SHA-256/);
+  const sized = withMeta(modelData(), (meta) => { meta.size += 1; });
+  await assert.rejects(translator.load(sized), /is damaged: \d+ bytes of data, \d+ expected/);
 });

@@ -2,6 +2,7 @@
 // What the tests in this folder share: the golden files that tools/js_golden.py writes
 // from the notebook's Python code (tests/js/golden/), and the code under test, loaded
 // as Node loads it (require: each file exports its API to Node, see its last lines).
+const crypto = require("node:crypto");
 const fs = require("node:fs");
 const path = require("node:path");
 
@@ -23,9 +24,31 @@ function modelData() {
 // or in JavaScript loops; norm: "pre" (as the file says) or "post" (the same weights
 // in the post-norm Transformer, as tools/js_golden.py computes its cases).
 function loadModel({ wasm = true, norm = "pre" } = {}) {
-  const data = structuredClone(modelData());
-  data.manifest.config.model.norm = norm;
-  return translator.load(data, { wasm });
+  return translator.load(withNorm(modelData(), norm), { wasm });
+}
+
+// The model file's object with its meta changed by `edit(meta)`, and its SHA-256 made
+// anew over what the page hashes (direction, meta, data), as an export would write it.
+function withMeta(data, edit) {
+  const meta = JSON.parse(data.meta);
+  edit(meta);
+  const out = { ...data, meta: JSON.stringify(meta) };
+  out.sha256 = crypto
+    .createHash("sha256")
+    .update(`${out.direction}\n${out.meta}\n${out.data}`)
+    .digest("hex");
+  return out;
+}
+
+// The same weights in the post-norm Transformer (norm "post"), which has no final
+// LayerNorm after each stack: those vectors are left out of its tensor list.
+function withNorm(data, norm) {
+  if (norm === "pre") return data;
+  const final = (name) => /^(encoder|decoder)\.norm\./.test(name);
+  return withMeta(data, (meta) => {
+    meta.manifest.config.model.norm = norm;
+    meta.tensors = meta.tensors.filter((e) => !final(e.name));
+  });
 }
 
 // Up to `n` failures of a comparison over many cases, for the assertion's message.
@@ -33,4 +56,6 @@ function firstFailures(cases, same, n = 3) {
   return cases.filter((c) => !same(c)).slice(0, n);
 }
 
-module.exports = { translator, attentionView, json, modelData, loadModel, firstFailures };
+module.exports = {
+  translator, attentionView, json, modelData, withMeta, loadModel, firstFailures,
+};
