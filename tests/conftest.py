@@ -296,10 +296,13 @@ def copy_cfg(lib, **changes):
 
 
 def copy_args(ckpt_dir, settings=COPY, *extra, out=None) -> list[str]:
-    """tools.train's arguments for a copy-task run into `ckpt_dir`."""
+    """tools.train's arguments for a copy-task run into `ckpt_dir`; its results go
+    to `out`, by default <ckpt_dir's name>.json beside it (one file per run folder:
+    the program refuses a results file that another run's results hold)."""
+    ckpt_dir = Path(ckpt_dir)
     args = ["--task", "copy", "--preset", "ci", "--device", "cpu"]
     args += ["--ckpt-dir", str(ckpt_dir)]
-    args += ["--out", str(out or Path(ckpt_dir).parent / "results.json")]
+    args += ["--out", str(out or ckpt_dir.parent / f"{ckpt_dir.name}.json")]
     for key, value in settings.items():
         args += ["--set", f"{key}={value!r}"]
     return [*args, *map(str, extra)]

@@ -304,7 +304,7 @@ def test_a_folder_without_read_permission_is_refused(tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     message = error_line(proc.stderr)
     assert f"ckpt_dir {run} cannot be read" in message and "chmod u+r" in message
-    assert not (tmp_path / "results.json").exists()
+    assert not (tmp_path / "run.json").exists()
 
 
 def test_relative_paths_are_fine_everywhere(lib, tmp_path, monkeypatch):
