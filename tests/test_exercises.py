@@ -1129,6 +1129,7 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     assert (colab / "at-repo" / "build" / "annotated_transformer_lib.py").is_file()
 
 
+@pytest.mark.notebook  # runs the notebook's cells in Jupyter kernels
 def test_a_restarted_session_reuses_its_clone(tmp_path):
     """Colab's "Restart session" keeps the disk: Setup, run again in a fresh kernel,
     finds at-repo/ instead of cloning into it again. It updates the clone only where
