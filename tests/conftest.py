@@ -151,6 +151,9 @@ class Tiers:
             if shared:  # the first in FIXTURE_TIERS' order: colab_run before runs
                 groups[item.nodeid] = shared[0]
         if hasattr(config, "workerinput"):  # for the scheduler (WorkGroups)
+            # the groups first: a trained run's tests start early and the others
+            # fill in around them (the Colab-style run's tests go last, below)
+            items.sort(key=lambda item: item.nodeid not in groups)
             path = shared_tmp(config) / "groups.json"
             tmp = path.with_name(f"groups.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(groups))
@@ -169,6 +172,10 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class WorkGroups(LoadScopeScheduling):
+        """Scopes in the order of the collection (the groups first, the tests that
+        await the Colab-style run last), not by their number of tests: a worker
+        that waits for that run early would leave the other to do the rest."""
+
         groups = None
 
         def _split_scope(self, nodeid):
@@ -177,6 +184,7 @@ def pytest_xdist_make_scheduler(config, log):
                 self.groups = json.loads(path.read_text()) if path.exists() else {}
             return self.groups.get(nodeid, nodeid)
 
+    config.option.loadscopereorder = False
     return WorkGroups(config, log)
 
 
