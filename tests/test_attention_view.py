@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from test_page import PAGE, SCREENSHOTS
 
-from atkit import attention_view
+from atkit import attention_view, figures
 from atkit.attention_view import KINDS, AttentionView, decode, sentence
 from tools import render_page
 
@@ -827,3 +827,41 @@ def test_plot_heads_shows_the_figure(monkeypatch):
     )
     assert len(shown) == 1 and shown[0]._suptitle.get_text().startswith("encoder")
     plt.close("all")
+
+
+def test_refresh_brings_an_older_views_style_and_script_up_to_date():
+    """A notebook saved by an older atkit holds views with its style and script:
+    `refresh` puts in this version's, and keeps the weights, the element id and
+    everything around the views."""
+    rng = np.random.default_rng(3)
+    views = [AttentionView([synthetic_sentence(rng, 6, 5, 2, 2)]).html() for _ in "ab"]
+    old = [
+        v.replace(attention_view.style(), ".atv { color: red }").replace(
+            attention_view.script(), "function atkitAttentionView(id) { old(id); }"
+        )
+        for v in views
+    ]
+    assert old[0] != views[0]
+    page = f"<h1>a</h1>\n{old[0]}\n<p>between</p>\n{old[1]}<footer>b</footer>"
+    fresh = attention_view.refresh(page)
+    assert (
+        fresh == f"<h1>a</h1>\n{views[0]}\n<p>between</p>\n{views[1]}<footer>b</footer>"
+    )
+    assert attention_view.refresh(fresh) == fresh, "a current view is left as it is"
+    assert attention_view.refresh("<p>no view</p>") == "<p>no view</p>"
+
+
+def test_a_figure_shows_its_png_at_the_size_it_was_drawn_for(monkeypatch, tmp_path):
+    fig = figures.show_figure("masks")
+    png = (figures.IMAGES / "masks.png").read_bytes()
+    assert fig.png == png and png.startswith(b"\x89PNG\r\n\x1a\n")
+    width = int.from_bytes(png[16:20], "big")  # the IHDR chunk: width, then height
+    assert fig._repr_png_() == (png, {"width": round(width * 100 / 130)})
+    assert repr(fig) == f"[figure: {figures.CAPTIONS['masks']}]"
+    for name in figures.CAPTIONS:
+        assert figures.Figure(name).caption == figures.CAPTIONS[name]
+    with pytest.raises(ValueError, match="no figure 'mask'; there are \\['attention'"):
+        figures.Figure("mask")
+    monkeypatch.setattr(figures, "IMAGES", tmp_path)
+    with pytest.raises(FileNotFoundError, match="masks.png is missing.*draw_figures"):
+        figures.show_figure("masks")

@@ -321,3 +321,15 @@ def test_averaged_model_refuses_a_foreign_snapshot_in_the_folder(
     history = {**history, "best_step": 4}
     with pytest.raises(lib.checkpoints.CheckpointError, match="step000002.pt"):
         lib.averaged_model(folder, history, "cpu", 2)
+
+
+def test_bpe_pieces_are_the_pieces_of_the_ids(lib, bpe_data):
+    """`pieces` (what the page's tokenizer is compared with) names each id's piece:
+    the pieces of a sentence look up to its ids, and joined they give back its text
+    with sentencepiece's word marks."""
+    bpe = bpe_data.vocab_src
+    tokens = ["Ein", "Mann", "spielt", "Gitarre", "."]
+    pieces = bpe.pieces(tokens)
+    assert [bpe.stoi[p] for p in pieces] == bpe.encode(tokens)
+    assert "".join(pieces) == "\u2581" + "\u2581".join(tokens)
+    assert len(pieces) > len(tokens) and bpe.pieces([]) == []

@@ -3,10 +3,14 @@ on any machine, GPUs or not) compared with one process that steps on the same gl
 batches, failing workers, and a torchrun run resumed bit for bit (by 2 processes, or
 by one)."""
 
+import dataclasses
 import hashlib
+import importlib
 import json
+import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import pytest
 
 from atkit import launch as launcher
 from atkit import runtime
-from conftest import COPY, copy_args, lazy, needs
+from conftest import COPY, copy_args, copy_cfg, lazy, needs, quiet
 from tools import train as cli
 
 torch = lazy("torch")
@@ -456,3 +460,231 @@ def test_a_resume_with_one_process_trains_the_rest_of_the_epoch_once(
     counted = state["history"]["tokens"] + p["ntokens"]
     assert counted == sum(int(b.ntokens) for b in batches)
     assert state["history"]["world_size"] == 1 and len(state["ranks"]) == 1
+
+
+# ------------------------------------------------- in this process: a world of one
+
+FOUR = {**COPY, "steps": 4, "eval_every": 1, "P_drop": 0.0}
+
+
+@pytest.fixture
+def world_of_one(lib):
+    """The default process group with this process as its only rank (gloo, an
+    in-memory store), ended by atkit.launch.finish_distributed."""
+    dist = importlib.import_module("torch.distributed")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield lib.DataParallel(0, 1, 0, 1, torch.device("cpu"))
+    finally:
+        launcher.finish_distributed()
+    assert not dist.is_initialized()
+
+
+def test_a_world_of_one_trains_as_one_process(lib, world_of_one, tmp_path):
+    """DataParallel's members over a real process group of one rank: the shard is
+    the whole order, the sums and the gathered list are this rank's own, the
+    normaliser is the global label-token count over W; trained with it (DDP of
+    one), a run takes the single process's steps exactly."""
+    world = world_of_one
+    assert world.shard(list(range(7))) == list(range(7))
+    cfg = copy_cfg(lib, **FOUR)
+    data = lib.copy_task_data(cfg)
+    micro = lib.make_batches(data.train, cfg, "cpu")[:3]
+    count = sum(int(b.label_count) for b in micro)
+    n = world.norm(micro)
+    assert n.dtype == torch.float32 and n.item() == count
+    pretend = lib.DataParallel(0, 2, 0, 2, torch.device("cpu"))  # W=2, one rank here
+    assert pretend.norm(micro).item() == count / 2
+    assert pretend.shard(list(range(7))) == [0, 2, 4]
+    values = torch.tensor([1.5, 2.0], dtype=torch.float64)
+    summed = world.all_sum(values)
+    assert summed.dtype == torch.float64 and summed.tolist() == [1.5, 2.0]
+    assert world.gather({"rank": 0}) == [{"rank": 0}]
+    assert world.barrier() is None
+    ddp, history = lib.train(cfg, data, tmp_path / "ddp", "cpu", world=world, log=quiet)
+    one, ref = lib.train(cfg, data, tmp_path / "one", "cpu", log=quiet)
+    assert history["train_loss"] == ref["train_loss"]
+    for name, value in one.state_dict().items():
+        assert torch.equal(ddp.state_dict()[name], value), name
+
+
+def test_global_batch_steps_of_one_rank_are_the_runs_own_steps(
+    lib, tmp_path, monkeypatch
+):
+    """One process stepping on global batches of W=1 takes Part 3's steps (the
+    same losses as `train`); with W=2 each step takes two batches."""
+    monkeypatch.chdir(tmp_path)  # it writes build/global-batch here
+    cfg = copy_cfg(lib, **FOUR)
+    data = lib.copy_task_data(cfg)
+    _, history = lib.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
+    model, losses = lib.global_batch_steps(cfg, data, 1, 4)
+    assert losses == pytest.approx(history["train_loss"], rel=1e-6)
+    assert (tmp_path / "build" / "global-batch").is_dir()
+    batches = lib.make_batches(data.train, cfg, "cpu")
+    usable = len(batches) // 2 * 2
+    steps = usable // 2 + 1  # into the second epoch
+    _, two = lib.global_batch_steps(cfg, data, 2, steps)
+    assert len(two) == steps and all(0 < x < 10 for x in two)
+
+
+def test_plot_two_runs_says_how_far_apart_the_curves_are(lib, monkeypatch, capsys):
+    shown = []
+    monkeypatch.setattr(lib.plt, "show", lambda: shown.append(lib.plt.gcf()))
+    try:
+        lib.plot_two_runs([2.0, 1.5, 1.25], [2.0, 1.5, 1.2500003])
+        (fig,) = shown
+        left, right = fig.axes
+        assert left.get_title() == "2 processes (DDP)"
+        assert right.get_title() == "1 process, same global batches"
+        assert left.get_lines()[0].get_ydata().tolist() == [2.0, 1.5, 1.25]
+        assert right.get_lines()[0].get_xdata().tolist() == [1, 2, 3]
+    finally:
+        lib.plt.close("all")
+    out = capsys.readouterr().out
+    assert out == "3 steps; the largest difference between the curves: 3.0e-07\n"
+
+
+def test_two_processes_against_one_launches_the_copy_task_and_steps_alike(
+    lib, tmp_path, monkeypatch
+):
+    """The launch itself (torchrun) is the process tier's; here the launcher is
+    replaced by the training program run in this process, and the function's
+    command line and its single-process reference are checked."""
+    launched = []
+
+    def launch(args, nproc, timeout_s, echo):
+        launched.append((args, nproc))
+        assert cli.main([str(a) for a in args]) == 0
+
+    monkeypatch.setattr(launcher, "launch_torchrun", launch)
+    monkeypatch.chdir(tmp_path)
+    ci = lib.PRESETS["ci"]  # its copy task made small, for the program and the check
+    small = ci.run.updated(**{k: v for k, v in COPY.items() if k != "steps"})
+    monkeypatch.setitem(lib.PRESETS, "ci", dataclasses.replace(ci, run=small))
+    two, one = lib.two_processes_against_one(tmp_path / "two", steps=3)
+    ((args, nproc),) = launched
+    assert nproc == 2 and "--fresh" in args
+    sets = [v for k, v in zip(args, args[1:], strict=False) if k == "--set"]
+    assert sets == ["steps=3", "eval_every=1", "resume_every=3", "P_drop=0.0"]
+    saved = lib.checkpoints.load_checkpoint(tmp_path / "two" / "last.pt")
+    assert two == saved["history"]["train_loss"] and len(two) == 3
+    cfg = lib.run_config("ci", steps=3, eval_every=1, resume_every=3, P_drop=0.0)
+    assert one == lib.global_batch_steps(cfg, lib.copy_task_data(cfg), 2, 3)[1]
+
+
+# ------------------------------------------------------- the launcher's own work
+
+
+def test_the_torchrun_command_line(lib):
+    py = sys.executable
+    head = [py, "-m", "torch.distributed.run"]
+    worker = ["--no-python", py, "-c", launcher.WORKER_CODE]
+    assert launcher.torchrun_command(["--steps", 3], nproc=3) == [
+        *head,
+        "--standalone",
+        "--nproc_per_node=3",
+        *worker,
+        "--steps",
+        "3",
+    ]
+    two_nodes = launcher.torchrun_command(
+        [], code="pass", nnodes=2, rdzv_endpoint="host:29400"
+    )
+    assert two_nodes == [
+        *head,
+        "--nnodes=2",
+        "--rdzv_endpoint=host:29400",
+        "--nproc_per_node=2",
+        *("--no-python", py, "-c", "pass"),
+    ]
+
+
+STAND_IN = """
+import os, sys, time
+print("pythonpath", os.environ["PYTHONPATH"].split(os.pathsep)[0], flush=True)
+print("threads", os.environ["OMP_NUM_THREADS"], flush=True)
+for line in sys.argv[2:]:
+    print(line, flush=True)
+if sys.argv[1] == "sleep":  # a worker of its own too, as torchrun starts them
+    import subprocess
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(["sleep", "60"], **quiet)
+    open(os.environ["PID_FILE"], "w").write(f"{os.getpid()} {worker.pid}")
+    time.sleep(60)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def stopped(pid: int) -> bool:
+    """Whether process `pid` is gone (or a zombie) within a few seconds; a process
+    still running then is ended here."""
+    stat = Path(f"/proc/{pid}/stat")
+    for _ in range(100):
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    return False
+
+
+def test_launch_torchrun_streams_raises_and_stops(lib, monkeypatch, capsys, tmp_path):
+    """launch_torchrun with a stand-in for torchrun (a Python process that loads
+    no torch): the output streamed and returned, the repository first on the
+    workers' path, each worker's share of the cores, a failure raised with the
+    output's end, and a run past timeout_s stopped."""
+    monkeypatch.setattr(
+        launcher,
+        "torchrun_command",
+        lambda cli_args, nproc, code, **rdzv: (
+            [sys.executable, "-c", STAND_IN] + [str(a) for a in cli_args]
+        ),
+    )
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    rc, out = launcher.launch_torchrun(["0", "step 1", "step 2"], nproc=2)
+    cores = max(1, (os.cpu_count() or 1) // 2)
+    assert rc == 0
+    assert out.splitlines() == [
+        f"pythonpath {launcher.REPO}",
+        f"threads {cores}",
+        "step 1",
+        "step 2",
+    ]
+    assert capsys.readouterr().out == out, "echoed as it came"
+    rc, out = launcher.launch_torchrun(["3", "boom"], check=False, echo=False)
+    assert rc == 3 and out.endswith("boom\n")
+    assert capsys.readouterr().out == ""
+    with pytest.raises(RuntimeError, match=r"exited with code 3:\n(.*\n)*boom"):
+        launcher.launch_torchrun(["3", "boom"], env={"OMP_NUM_THREADS": "7"})
+    pid_file = tmp_path / "pid"
+    with pytest.raises(TimeoutError, match="did not finish within 0.3 s"):
+        launcher.launch_torchrun(
+            ["sleep"], timeout_s=0.3, echo=False, env={"PID_FILE": str(pid_file)}
+        )
+    if pid_file.exists():  # else it was stopped before it began to sleep
+        pid, worker = map(int, pid_file.read_text().split())
+        assert not Path(f"/proc/{pid}").exists(), "stopped and reaped"
+        assert stopped(worker), "the whole process group is stopped"
+    with pytest.raises(ValueError, match="nproc"):
+        launcher.launch_torchrun([], nproc=0)
+
+
+def test_a_worker_exits_with_its_status_after_flushing(monkeypatch):
+    events = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def flush(self):
+            events.append(f"flush {self.name}")
+
+    def exit_now(status):
+        events.append(f"exit {status}")
+        raise SystemExit(status)
+
+    monkeypatch.setattr(sys, "stdout", Stream("stdout"))
+    monkeypatch.setattr(sys, "stderr", Stream("stderr"))
+    monkeypatch.setattr(os, "_exit", exit_now)
+    with pytest.raises(SystemExit):
+        launcher.worker_exit(4)
+    assert events == ["flush stdout", "flush stderr", "exit 4"]

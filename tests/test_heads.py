@@ -3,6 +3,8 @@ caption: tests/test_attention_view.py): the plots' titles, `show_attention`'s
 arguments and the sentences `describe_heads` writes name the same layer and head for
 the same weights."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,75 @@ def test_describe_heads_counts_from_one(lib, capsys):
             f"head 10%, chance 5%); on average most common in layer {i + 1} (30% "
             "per head)"
         ) in text, (name, text)
+
+
+def test_the_view_shows_the_sentences_asked_for_and_a_text_of_ones_own(
+    lib, model, data
+):
+    """Part 6's `attention_view`: each validation sentence with its model's own
+    translation and its weights (`example_pair`, `attention_maps`), then a text of
+    the reader's, tokenized and translated first."""
+    text = "Ein Hund rennt."
+    view = lib.attention_view(model, data, [2], extra=[text])
+    assert len(view.sentences) == 2
+    for s, index in zip(view.sentences, [2], strict=False):
+        src_ids, tgt_ids, src_tok, tgt_tok = lib.example_pair(model, data, index)
+        assert (s["src"], s["tgt"], s["label"]) == (src_tok, tgt_tok, f"val {index}")
+        maps = lib.attention_maps(model, src_ids, tgt_ids)
+        for kind in ("encoder", "decoder", "cross"):
+            np.testing.assert_allclose(s[kind], maps[kind].numpy(), atol=1e-6)
+    own = view.sentences[1]
+    src_ids = lib.frame(data.vocab_src.encode(lib.tokenize_all("de", [text])[0]))
+    tgt_ids = [lib.BOS, *lib.translate_ids(model, [src_ids])[0]]
+    assert own["label"] == text
+    assert own["src"] == [data.vocab_src.itos[i] for i in src_ids]
+    assert own["tgt"] == [data.vocab_tgt.itos[i] for i in tgt_ids]
+    maps = lib.attention_maps(model, src_ids, tgt_ids)
+    np.testing.assert_allclose(own["cross"], maps["cross"].numpy(), atol=1e-6)
+
+
+def test_attention_statistics_count_argmax_keys_against_chance(lib, monkeypatch):
+    """The counting, on weights made up for a model of one layer and two heads:
+    head 1 of the encoder looks at the previous token (the first token at itself),
+    head 2 at the next one (the last at itself); in decoder-source attention head 1
+    points at the source word being written, head 2 always at <s>. Two sentences of
+    five source tokens: every share and chance level by hand."""
+    src_tok = ["<s>", "a", "b", "c", "</s>"]  # S = 5
+    tgt_tok = ["<s>", "b", "x", "a"]  # writes b, x, a, </s>
+    S, T = len(src_tok), len(tgt_tok)
+    enc = torch.zeros(1, 2, S, S)
+    for q in range(S):
+        enc[0, 0, q, max(q - 1, 0)] = 1.0
+        enc[0, 1, q, min(q + 1, S - 1)] = 1.0
+    cross = torch.zeros(1, 2, T, S)
+    cross[0, 0, :, 3] = 1.0  # c: written nowhere
+    cross[0, 0, 0, 2] = 1.0  # writing b: at b
+    cross[0, 0, 0, 3] = 0.0
+    cross[0, 0, 2, 1] = 1.0  # writing a: at a
+    cross[0, 0, 2, 3] = 0.0
+    cross[0, 1, :, 0] = 1.0
+    pair = ([0, 5, 6, 7, 1], [0, 6, 9, 5], src_tok, tgt_tok)
+    monkeypatch.setattr(lib, "example_pair", lambda model, data, i, split: pair)
+    monkeypatch.setattr(
+        lib, "attention_maps", lambda m, s, t: {"encoder": enc, "cross": cross}
+    )
+    model = types.SimpleNamespace(config=types.SimpleNamespace(N=1, h=2))
+    data = types.SimpleNamespace(text={"val": (["one", "two", "three"], [])})
+    stats = lib.attention_statistics(model, data, 2)
+    # 4 of 5 queries have a previous token, and head 1 takes it at each
+    assert stats["previous"].tolist() == [[1.0, 0.0]]
+    assert stats["next"].tolist() == [[0.0, 1.0]]
+    # the first query of head 1 and the last of head 2 look at themselves: 1 of 5
+    assert stats["same"].tolist() == [[pytest.approx(0.2), pytest.approx(0.2)]]
+    # b and a are written and appear once in the source; x is not in it; </s> is
+    # a special token
+    assert stats["n_aligned"] == 4
+    assert stats["aligned"].tolist() == [[1.0, 0.0]]
+    chance = stats["chance"]
+    assert chance == {
+        "previous": pytest.approx(1 / S),
+        "same": pytest.approx(1 / S),
+        "next": pytest.approx(1 / S),
+        "aligned": pytest.approx(1 / S),
+    }
+    assert lib.attention_statistics(model, data, 99)["n_aligned"] == 6, "3 at most"

@@ -343,3 +343,34 @@ def test_import_runs_no_demo(lib):
     assert figures == "0" and trained == "False", "a demo cell ran on import"
     assert r.stderr.strip() == "", f"import printed to stderr: {r.stderr[:300]}"
     # how long it took is for `python -m tools.startup` to print, not to assert here
+
+
+def test_copy_batches_start_with_1_and_copy_their_source(lib):
+    gen = torch.Generator().manual_seed(5)
+    batches = list(lib.copy_batches(11, 4, 3, length=7, generator=gen))
+    assert len(batches) == 3
+    for b in batches:
+        assert b.src.shape == (4, 7) and (b.src[:, 0] == 1).all()
+        assert ((b.src[:, 1:] >= 2) & (b.src[:, 1:] < 11)).all()
+        assert torch.equal(b.tgt, b.src[:, :-1]) and torch.equal(b.tgt_y, b.src[:, 1:])
+    again = lib.copy_batches(
+        11, 4, 3, length=7, generator=torch.Generator().manual_seed(5)
+    )
+    assert all(torch.equal(a.src, b.src) for a, b in zip(again, batches, strict=True))
+
+
+def test_a_short_copy_run_is_seeded_and_cools_down_only_at_its_end(lib):
+    """Part 2's copy run made short (2 epochs of 2 steps): the same seed gives the
+    same run; the cool-down (the last 30% of the 4 steps) changes only the second
+    epoch, eq. 3 alone the same first epoch."""
+    short = dict(epochs=2, batches_per_epoch=2, batch_size=8)
+    model, losses = lib.train_copy_task(**short)
+    assert not model.training and len(losses) == 2
+    again, same = lib.train_copy_task(**short)
+    assert same == losses
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, again.state_dict()[name]), name
+    _, eq3 = lib.train_copy_task(**short, cooldown=0.0)
+    assert eq3[0] == losses[0] and eq3[1] != losses[1]
+    _, other = lib.train_copy_task(**short, seed=1)
+    assert other[0] != losses[0]

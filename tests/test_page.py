@@ -1162,3 +1162,71 @@ def test_committed_page_outputs_are_whole(browser, width):
     if width == 1280:
         wide = wide_outputs(browser, PAGE)
         assert not wide, f"lines of output that wrap at 1280 px:\n{_report(wide)}"
+
+
+def test_formulas_and_text_outputs_on_a_rendered_page(tmp_path, monkeypatch, capsys):
+    """The program on a small notebook: inline, display and environment math go to
+    KaTeX as such; a printed table keeps its cells whole, a wide character takes two
+    columns, and a colour set on one line carries to the next."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    text = "Inline $a^2$, then\n\n$$\n\\sum_i x_i\n$$\n\n"
+    text += "and \\begin{align}a &= b\\end{align}"
+    table = "name    value\nalpha beta   1.00\n東京東京東京  2.50\n"  # wide: 18
+    coloured = "\x1b[31mred\nstill\x1b[0m"
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell(f"# Title\n\n{text}\n"),
+            new_code_cell(
+                "show()",
+                execution_count=1,
+                outputs=[new_output("stream", name="stdout", text=table)],
+            ),
+            new_code_cell(
+                "say()",
+                execution_count=2,
+                outputs=[
+                    new_output(
+                        "execute_result",
+                        data={"text/plain": coloured},
+                        execution_count=2,
+                    )
+                ],
+            ),
+        ]
+    )
+    path, out = tmp_path / "n.ipynb", tmp_path / "n.html"
+    nbformat.write(nb, path)
+    typeset, sent = render_page.typeset, []
+
+    def spy(math, katex_dir):
+        sent.extend((m.tex, m.display) for m in math)
+        return typeset(math, katex_dir)
+
+    monkeypatch.setattr(render_page, "typeset", spy)
+    assert render_page.main(["--notebook", str(path), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.endswith("1 headings, 3 formulas, 0 deep dives, title 'Title'\n")
+    assert sent == [
+        ("a^2", False),
+        ("\\sum_i x_i", True),
+        ("\\begin{align}a &= b\\end{align}", True),
+    ]
+    page = out.read_text(encoding="utf-8")
+    assert page.count('class="katex-display"') == 2
+    assert 'class="katex-error"' not in page
+    cells = lambda *c: "".join(f'<span class="c">{x}</span>' for x in c)  # noqa: E731
+    assert (
+        '<pre class="lines table" style="--cols: 18">'
+        f'<span class="ln">{cells("name")}    {cells("value")}</span>\n'
+        f'<span class="ln">{cells("alpha beta")}   {cells("1.00")}</span>\n'
+        f'<span class="ln">{cells("東京東京東京")}  {cells("2.50")}</span>\n</pre>'
+    ) in page
+    assert (
+        '<pre class="lines" style="--cols: 5">'
+        '<span class="ln"><span class="ansi-red-fg">red</span></span>\n'
+        '<span class="ln"><span class="ansi-red-fg">still</span></span>\n</pre>'
+    ) in page
+    assert render_page.output_lines("\tx\n") == (
+        '<pre class="lines" style="--cols: 9"><span class="ln">\tx</span>\n</pre>'
+    )

@@ -2,10 +2,17 @@
 the table scored; a run whose loss turns NaN is reported in its row, and the rest of
 the table goes on (issue 46, point 1)."""
 
+import dataclasses
+import json
+import shutil
+import types
+
 import pytest
 
-from atkit import report
-from conftest import needs
+from atkit import report, seeds
+from conftest import COPY, lazy, needs, quiet
+
+torch = lazy("torch")
 
 STEPS = dict(steps=40, eval_every=10, keep=3)  # the ci preset, shorter
 
@@ -67,3 +74,359 @@ def test_the_table_compares_rows_of_the_same_trained_run_unmarked(recipe_with_a_
     by_key = {r["key"]: r for r in summary["rows"]}
     assert not by_key["avg"]["trained"] and not by_key["beam"]["trained"]
     assert by_key["bpe"]["trained"] and by_key["bpe"]["vs"] == by_key["words"]["no"]
+
+
+# ------------------------------------------------ the same functions, in the fast tier
+# Part 4's table on copy-task runs of four steps each (a second in all): the folders,
+# names and choices of the real table, on data whose BLEU is computed in milliseconds.
+
+COPY4 = {
+    **COPY,
+    "steps": 4,
+    "eval_every": 2,
+    "keep": 2,
+    "cooldown": 0.5,  # eq. 3 up to step 2, then down to zero at step 4
+    "n_train": 48,
+    "n_eval": 6,
+    "max_len": 14,  # sequences of up to 12 framed symbols; short decodes
+}
+# one beam decode per direction: alpha 0 is both the largest tried and the cap
+FAST_RECIPE = dict(beam_size=2, alphas=(0.0,), alpha_step=1.0, alpha_cap=0.0, n_avg=2)
+
+
+def scored_copy_data(lib, cfg):
+    """The copy task's data with its validation pairs as the text of val and
+    test_2016 too (references: the sources' symbols), so that `bleu` scores it."""
+    data = lib.copy_task_data(cfg)
+    sources = [src for src, _ in data.val]
+    refs = [lib.detokenize(data.vocab_tgt.decode(tgt)) for _, tgt in data.val]
+    return dataclasses.replace(
+        data,
+        sources={split: sources for split in lib.EVAL_SPLITS},
+        text={split: (refs, refs) for split in lib.EVAL_SPLITS},
+    )
+
+
+def eq3(s, d_model, factor, warmup):
+    """Eq. 3 by hand."""
+    return factor * d_model**-0.5 * min(s**-0.5, s * warmup**-1.5)
+
+
+def test_schedule_helpers_are_eq3_until_the_cooldown_and_zero_at_the_end(lib):
+    c = lib.run_config("ci", d_model=16, h=2, factor=2.0, warmup=4, steps=10)
+    c = c.updated(cooldown=0.8)  # 10 * (1 - 0.8) is 1.9999999999999996 in floats
+    assert lib.cooldown_start(c) == 2
+    for s in (1, 2):  # up to the cool-down: eq. 3's rate
+        assert lib.rates_at(c, [s])[0] == pytest.approx(eq3(s, 16, 2.0, 4), rel=1e-12)
+    below = lib.rates_at(c, [3, 6, 10])
+    assert below == pytest.approx(
+        [eq3(3, 16, 2.0, 4) * 7 / 8, eq3(6, 16, 2.0, 4) * 4 / 8, 0.0], rel=1e-12
+    )
+    assert lib.end_rate(c) == 0.0
+    # the highest rate: step 4, the warm-up's end, already 6/8 of the way down
+    assert lib.reached_peak(c) == pytest.approx(eq3(4, 16, 2.0, 4) * 6 / 8, rel=1e-12)
+    plain = c.updated(cooldown=0.0)  # eq. 3 alone: the peak at warmup, never zero
+    assert lib.cooldown_start(plain) == 10
+    assert lib.end_rate(plain) == pytest.approx(eq3(10, 16, 2.0, 4), rel=1e-12)
+    assert lib.reached_peak(plain) == pytest.approx(2.0 / 4 / 2, rel=1e-12)
+    late = c.updated(warmup=9, cooldown=0.3)  # the cool-down cuts the warm-up short
+    assert lib.cooldown_start(late) == 7
+    assert lib.reached_peak(late) == pytest.approx(eq3(7, 16, 2.0, 9), rel=1e-12)
+
+
+def test_recipe_runs_change_one_setting_each(lib):
+    cfg = lib.run_config("ci", **COPY4)
+    en_de = cfg.updated(seed=5)
+    own = lib.RecipeConfig(post_schedule=True, post_factor=0.5, post_warmup=7)
+    runs = lib.recipe_runs(cfg, "bpe data", en_de, "en-de data", own)
+    assert list(runs) == [
+        "part4-bpe-all",
+        "part4-bpe-all-eq3",
+        "part4-bpe-all-post-same",
+        "part4-bpe-all-post",
+        "part4-bpe-all-en-de",
+    ]
+    assert runs["part4-bpe-all"] == (cfg, "bpe data")
+    assert runs["part4-bpe-all-eq3"] == (cfg.updated(cooldown=0.0), "bpe data")
+    assert runs["part4-bpe-all-post-same"][0] == cfg.updated(norm="post")
+    post = cfg.updated(norm="post", factor=cfg.factor * 0.5, warmup=7)
+    assert runs["part4-bpe-all-post"] == (post, "bpe data")
+    assert runs["part4-bpe-all-en-de"] == (en_de, "en-de data")
+    without = lib.RecipeConfig(post_schedule=False)
+    assert "part4-bpe-all-post" not in lib.recipe_runs(cfg, 0, en_de, 1, without)
+
+
+def test_choose_alpha_searches_upwards_until_a_larger_alpha_scores_worse(
+    lib, monkeypatch
+):
+    """Val BLEU peaks at alpha 1.4: tried 0 and 0.6, the search goes on in steps of
+    0.4 while the best is the largest tried, and stops at 1.8, which scores worse;
+    with a cap at 1.0 it stops there and says so."""
+    asked = []
+
+    def bleu(model, data, split, search, decode_tokens):
+        assert (model, data, split, decode_tokens) == ("m", "d", "val", 99)
+        alpha = search.keywords["alpha"]
+        asked.append((search.keywords["beam_size"], alpha))
+        return {"bleu": 30 - (alpha - 1.4) ** 2, "ratio": alpha / 10}
+
+    monkeypatch.setattr(lib, "bleu", bleu)
+    recipe = lib.RecipeConfig(beam_size=3, alphas=(0.0, 0.6), alpha_step=0.4)
+    best, sweep, capped = lib.choose_alpha("m", "d", recipe, 99)
+    assert asked == [(3, 0.0), (3, 0.6), (3, 1.0), (3, 1.4), (3, 1.8)]
+    assert best == 1.4 and not capped
+    assert [row[0] for row in sweep] == [0.0, 0.6, 1.0, 1.4, 1.8]
+    assert sweep[3] == (1.4, 30.0, pytest.approx(0.14))
+    asked.clear()
+    capped_recipe = lib.RecipeConfig(alphas=(0.0, 0.6), alpha_step=0.4, alpha_cap=1.0)
+    best, sweep, capped = lib.choose_alpha("m", "d", capped_recipe, 99)
+    assert [a for _, a in asked] == [0.0, 0.6, 1.0] and best == 1.0 and capped
+
+
+@pytest.fixture(scope="module")
+def copy_table(lib, tmp_path_factory):
+    """Part 3's run and the table's runs, on the copy task: the full recipe with a
+    cool-down, eq. 3 alone (branched off it), a post-norm twin whose rate makes its
+    loss infinite at once, and a run for the second direction."""
+    root = tmp_path_factory.mktemp("copy-table")
+    cfg = lib.run_config("ci", **COPY4)
+    data = scored_copy_data(lib, cfg)
+    runs = {
+        "part4-bpe-all": (cfg, data),
+        "part4-bpe-all-eq3": (cfg.updated(cooldown=0.0), data),
+        "part4-bpe-all-post-same": (cfg.updated(norm="post", factor=1e30), data),
+        "part4-bpe-all-en-de": (cfg.updated(seed=1), data),
+    }
+    said = []
+    part3 = lib.train_or_report(cfg.updated(seed=2), data, root / "part3", "cpu", quiet)
+    trained = {"part3": part3, **lib.train_recipe(runs, root, "cpu", log=said.append)}
+    return types.SimpleNamespace(
+        root=root, cfg=cfg, data=data, trained=trained, said=said
+    )
+
+
+def snapshot_weights(lib, folder, step):
+    return lib.checkpoints.load_checkpoint(folder / f"step{step:06d}.pt")["model"]
+
+
+def test_train_recipe_branches_eq3_at_the_cooldown_and_reports_a_divergence(
+    lib, copy_table
+):
+    t, root = copy_table.trained, copy_table.root
+    assert list(t) == ["part3", *(f"part4-bpe-all{s}" for s in ("", "-eq3"))] + [
+        "part4-bpe-all-post-same",
+        "part4-bpe-all-en-de",
+    ]
+    said = [s for s in copy_table.said if isinstance(s, str)]
+    assert "part4-bpe-all-eq3: branched from part4-bpe-all at step 2" in said
+    full, alone = t["part4-bpe-all"], t["part4-bpe-all-eq3"]
+    assert full.diverged is None and alone.diverged is None
+    assert full.history["steps"] == alone.history["steps"] == [2, 4]
+    # the two share their first two steps exactly, and differ after them
+    a = snapshot_weights(lib, root / "part4-bpe-all", 2)
+    b = snapshot_weights(lib, root / "part4-bpe-all-eq3", 2)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert full.history["train_loss"][0] == alone.history["train_loss"][0]
+    last = lib.checkpoints.load_checkpoint(root / "part4-bpe-all-eq3" / "last.pt")
+    assert last["config"]["cooldown"] == 0.0 and last["progress"]["step"] == 4
+    a = last["model"]
+    b = lib.checkpoints.load_checkpoint(root / "part4-bpe-all" / "last.pt")["model"]
+    assert not all(torch.equal(a[k], b[k]) for k in a), "eq. 3 alone after step 2"
+    post = t["part4-bpe-all-post-same"]
+    assert post.history is None and post.diverged == "loss not finite at step 2"
+    assert any(s.startswith("diverged: ") and "nan" in s for s in said)
+    assert t["part3"].history["steps"] == [2, 4]
+    # trained again, every run is loaded as it is: nothing branches or trains
+    again = []
+    runs = {name: (t[name].cfg, t[name].data) for name in list(t)[1:3]}
+    lib.train_recipe(runs, root, "cpu", log=again.append)
+    assert not any("branched" in str(s) for s in again)
+
+
+def test_choose_n_avg_keeps_the_best_val_score_of_the_snapshots_kept(
+    lib, copy_table, monkeypatch, tmp_path
+):
+    t = copy_table.trained["part4-bpe-all"]
+    folder, h = copy_table.root / "part4-bpe-all", t.history
+    best = h["steps"].index(h["best_step"])
+    for n in (1, 2, 5):
+        assert lib.last_snapshots(h, n) == h["steps"][max(0, best - n + 1) : best + 1]
+    scores = iter([30.0, 31.5, 31.5, 29.0])
+    averaged = []
+
+    def bleu(model, data, split, search, decode_tokens):
+        assert split == "val" and search is lib.greedy_decode
+        averaged.append(model)
+        return {"bleu": next(scores), "ratio": 1.0}
+
+    monkeypatch.setattr(lib, "bleu", bleu)
+    n, sweep = lib.choose_n_avg(folder, h, t.data, 9, "cpu", 50)
+    assert len(sweep) == best + 1, "no more snapshots than end at the best one"
+    assert n == min(2, best + 1) or best == 0
+    for (k, steps, _, _), model in zip(sweep, averaged, strict=True):
+        assert steps == lib.last_snapshots(h, k)
+        paths = [folder / f"step{s:06d}.pt" for s in steps]
+        expected = lib.average_checkpoints(paths)
+        assert not model.training
+        for name, value in model.state_dict().items():
+            assert torch.equal(value, expected[name]), (k, name)
+    # a snapshot that was not kept is named
+    shutil.copytree(folder, tmp_path / "run", ignore=shutil.ignore_patterns(".lock"))
+    gone = lib.last_snapshots(h, 2)[0]
+    (tmp_path / "run" / f"step{gone:06d}.pt").unlink()
+    with pytest.raises(FileNotFoundError, match=f"step{gone:06d}.pt.*smaller than"):
+        lib.averaged_model(tmp_path / "run", h, "cpu", 2)
+
+
+def fingerprint(model) -> float:
+    return sum(v.double().sum().item() for v in model.state_dict().values())
+
+
+def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
+    lib, copy_table, monkeypatch
+):
+    t, root, data = copy_table.trained, copy_table.root, copy_table.data
+    recipe = lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    finals = lib.final_systems(t, recipe, root, "cpu")
+    assert set(finals) == {"de-en", "en-de"}
+    for direction, name in lib.DIRECTIONS.items():
+        f, h = finals[direction], t[name].history
+        assert f["n_avg"] == max(f["avg_sweep"], key=lambda r: r[2])[0]
+        assert [r[1] for r in f["avg_sweep"]] == [
+            lib.last_snapshots(h, k) for k in range(1, len(f["avg_sweep"]) + 1)
+        ]
+        avg = lib.averaged_model(root / name, h, "cpu", f["n_avg"])
+        assert fingerprint(f["weights"]) == fingerprint(avg)
+        assert (f["alpha"], f["capped"], f["alpha_cap"]) == (0.0, True, 0.0)
+        assert lib.search_name(f["search"]) == "beam(beam_size=2, alpha=0.0)"
+    scored, real = [], lib.bleu
+
+    def spy(model, data_, split, search, decode_tokens):
+        r = real(model, data_, split, search, decode_tokens)
+        scored.append((fingerprint(model), split, lib.search_name(search), r["bleu"]))
+        return r
+
+    monkeypatch.setattr(lib, "bleu", spy)
+    summary = lib.score_table(t, finals, recipe, 0.5, root, "cpu", "ci")
+    rows = summary["rows"]
+    assert [r["key"] for r in rows] == [
+        "words",
+        *("bpe", "avg", "beam", "post"),
+        *("en-de", "en-de avg", "en-de beam"),
+    ]
+    assert [r["no"] for r in rows] == list(range(1, 9))
+    assert [r["vs"] for r in rows] == [None, 1, 2, 3, 2, None, 6, 7]
+    assert [r["trained"] for r in rows] == [False, True, False, False, True] + [
+        False
+    ] * 3
+    post = rows[4]
+    assert post["diverged"] == t["part4-bpe-all-post-same"].diverged
+    assert post["bleu"] is None
+    assert post["peak"] == lib.reached_peak(t["part4-bpe-all-post-same"].cfg)
+
+    def best(name):
+        return fingerprint(lib.best_model(root / name, t[name].history, "cpu"))
+
+    en_de = "part4-bpe-all-en-de"
+    beam = "beam(beam_size=2, alpha=0.0)"
+    expected = [  # (weights, search) of each row scored, in order
+        (best("part3"), "greedy"),
+        (best("part4-bpe-all"), "greedy"),
+        (fingerprint(finals["de-en"]["weights"]), "greedy"),
+        (fingerprint(finals["de-en"]["weights"]), beam),
+        (best(en_de), "greedy"),
+        (fingerprint(finals["en-de"]["weights"]), "greedy"),
+        (fingerprint(finals["en-de"]["weights"]), beam),
+    ]
+    assert [(w, s) for w, _, s, _ in scored] == expected
+    assert {split for _, split, _, _ in scored} == {"test_2016_flickr"}
+    assert [r["bleu"] for r in rows if not r["diverged"]] == [b for *_, b in scored]
+    assert summary["choices"]["de-en"].keys() == {
+        "n_avg",
+        "avg_sweep",
+        "alpha",
+        "alpha_sweep",
+        "capped",
+        "alpha_cap",
+    }
+    assert (summary["steps"], summary["sentences"], summary["noise"]) == (4, 6, 0.5)
+    # eq. 3 alone against the cool-down, on the same snapshots' scores
+    monkeypatch.setattr(lib, "bleu", real)
+    a = lib.averaging_analysis(t, finals, recipe, root, "cpu")
+    assert a["shared"] == lib.cooldown_start(copy_table.cfg) == 2
+    for label, name in (
+        ("eq. 3 alone", "part4-bpe-all-eq3"),
+        ("eq. 3, cool-down", "part4-bpe-all"),
+    ):
+        s, c = a[label], t[name].cfg
+        assert s["steps"] == lib.last_snapshots(t[name].history, s["n"])
+        assert s["rates"] == lib.rates_at(c, s["steps"])
+        assert (s["end_rate"], s["peak"]) == (lib.end_rate(c), lib.reached_peak(c))
+        one = lib.averaged_model(root / name, t[name].history, "cpu", 1)
+        assert (
+            s["one"] == real(one, data, "test_2016_flickr", lib.greedy_decode)["bleu"]
+        )
+    assert a["eq. 3, cool-down"]["n"] == finals["de-en"]["n_avg"]
+    assert a["eq. 3, cool-down"]["end_rate"] == 0.0 < a["eq. 3 alone"]["end_rate"]
+    summary["averaging"] = a
+    lines = report.averaging_table(summary)
+    assert lines[0].endswith("the runs share their first 2 steps and end at step 4")
+    assert lines[3].startswith("eq. 3, cool-down    0.0e+00")
+    # no final system where a direction's run diverged; no analysis without eq. 3
+    gone = lib.Trained(copy_table.cfg, data, diverged="loss not finite at step 3")
+    both_gone = {**t, "part4-bpe-all": gone, en_de: gone}
+    assert lib.final_systems(both_gone, recipe, root, "cpu") == {}
+    no_eq3 = {**t, "part4-bpe-all-eq3": gone}
+    assert lib.averaging_analysis(no_eq3, finals, recipe, root, "cpu") is None
+
+
+def test_table_rows_name_the_final_systems_choices(lib):
+    recipe = lib.RecipeConfig(beam_size=5, post_schedule=True)
+    rows = lib.table_rows(recipe, {"de-en": {"n_avg": 3, "alpha": 1.5}})
+    labels = {key: label for key, label, *_ in rows}
+    assert labels["avg"] == "+ average of 3 snapshots"
+    assert labels["beam"] == "+ beam 5, alpha 1.5"
+    assert labels["en-de avg"] == "+ averaging (none beat best)"  # no final system
+    assert labels["en-de beam"] == "+ beam 5, alpha ?"
+    assert [r[0] for r in rows][5] == "post own"
+    post_own = rows[5]
+    assert post_own[3:] == ("part4-bpe-all-post", "best", "post")
+    single = lib.table_rows(recipe, {"de-en": {"n_avg": 1, "alpha": 0.6}})
+    assert single[2][1] == "+ averaging (none beat best)"
+
+
+def test_seed_noise_reads_the_committed_spread_of_these_settings(
+    lib, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(seeds, "RUNS", tmp_path)
+    cfgs = {"part3": lib.run_config("ci"), "full recipe": lib.run_config("ci", seed=3)}
+    spread, noise = lib.seed_noise("ci", cfgs, "cpu")
+    assert noise is None
+    assert spread == {
+        "why_not": "not measured for preset ci (seed-spread-ci.json is missing)"
+    }
+    precision = lib.choose_precision("cpu", cfgs["part3"].precision).name
+    measured = {
+        "precision": precision,
+        "machine": "here",
+        "command": "python -m tools.seed_spread --preset ci",
+        "models": {
+            name: {
+                "config": {**c.to_dict(), "seed": 0},
+                "bleu_test_2016_flickr": seeds.summary(values),
+            }
+            for (name, c), values in zip(
+                cfgs.items(), ([20.0, 21.5, 20.7], [25.1, 24.0]), strict=True
+            )
+        },
+    }
+    seeds.spread_path("ci").write_text(json.dumps(measured))
+    spread, noise = lib.seed_noise("ci", cfgs, "cpu")
+    assert spread == measured and noise == 1.5  # the larger range: 21.5 - 20.0
+    other = {**cfgs, "part3": cfgs["part3"].updated(steps=7)}
+    spread, noise = lib.seed_noise("ci", other, "cpu")
+    assert noise is None and "other settings of 'part3'" in spread["why_not"]
+    elsewhere = {**measured, "precision": "bf16" if precision != "bf16" else "fp32"}
+    seeds.spread_path("ci").write_text(json.dumps(elsewhere))
+    spread, noise = lib.seed_noise("ci", cfgs, "cpu")
+    assert noise is None and f"this run computes in {precision}" in spread["why_not"]

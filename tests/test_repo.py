@@ -454,3 +454,32 @@ def test_the_packages_colab_installs_are_pinned_as_in_requirements():
     pins = dict(req.split("==", 1) for req in reqs if "==" in req)
     for name, version in colab.WANTED.items():
         assert pins.get(name) == version, (name, version, pins.get(name))
+
+
+def test_library_cells_leave_out_demo_cells_and_magics(tmp_path):
+    md = tmp_path / "n.md"
+    md.write_text(
+        "---\njupyter:\n  jupytext:\n    text_representation:\n      extension: .md\n"
+        "      format_name: markdown\n---\n\n# T\n\n"
+        "```python\nimport os\n%matplotlib inline\n```\n\n"
+        '```python tags=["demo"]\nprint(1)\n```\n\n'
+        "## Part\n\n```python\ndef f():\n    return 2\n```\n"
+    )
+    assert nbexport.library_cells(md) == ["import os\n", "def f():\n    return 2"]
+    blocks = nbexport.library_blocks(md)
+    assert [(b.line, b.section) for b in blocks] == [(12, ""), (23, "Part")]
+
+
+def test_nbexport_command_line_writes_and_checks_the_module(
+    lib, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(sys, "argv", ["nbexport.py", "--check"])
+    assert nbexport.main() == 0  # the tests' `lib` exported it: current
+    stale = tmp_path / "lib.py"
+    stale.write_text("# an older notebook's module\n")
+    monkeypatch.setattr(nbexport, "EXPORT", stale)
+    assert nbexport.main() == 1
+    assert capsys.readouterr().err == (f"{stale} is stale: run `python nbexport.py`\n")
+    monkeypatch.setattr(sys, "argv", ["nbexport.py"])
+    assert nbexport.main() == 0
+    assert capsys.readouterr().out == f"{nbexport.export()}\n"

@@ -181,3 +181,48 @@ def test_bench_sentence():
     figures = {"didactic": {"tokens_per_s": 2000.0}, "fast": {"tokens_per_s": 3720.0}}
     assert "1.86 times as many" in report.bench(figures)
     assert "only one path" in report.bench({"fast": {"tokens_per_s": 1.0}})
+
+
+def test_averaging_table_lines(summary):
+    lines = report.averaging_table(summary)
+    assert lines[0] == (
+        "greedy, de-en, test_2016; the runs share their first 1120 steps and end at "
+        "step 1600"
+    )
+    assert lines[1].split() == [
+        *("schedule", "last", "rate", "best", "average", "of"),
+        *("gain", "val", "best", "val", "avg"),
+    ]
+    # label, last rate, best, average, of n, gain, val best, val average
+    assert lines[2].split() == [
+        *("eq.", "3", "alone", "1.1e-03", "36.31", "37.72", "3"),
+        *("+1.41", "36.93", "37.90"),
+    ]
+    assert lines[3].split() == [
+        *("eq.", "3,", "cool-down", "0.0e+00", "37.78", "37.36", "3"),
+        *("-0.42", "37.75", "38.08"),
+    ]
+    assert len({len(line) for line in lines[1:]}) == 1, "the columns align"
+    summary["averaging"] = None
+    assert report.averaging_table(summary) == [
+        "not measured: one of the two runs diverged"
+    ]
+
+
+def test_the_committed_model_in_one_sentence():
+    manifest = {
+        "what": "Part 4's full recipe (shared BPE, tie='all'), the snapshot of step 8",
+        "preset": "cpu",
+        "machine": "AMD EPYC",
+        "averaged_steps": [8],
+        "bleu": {
+            "exported": {"greedy": {"bleu": 38.583}, "beam": {"bleu": 39.0}},
+            "pytorch": {"greedy": {"bleu": 1.0}, "beam": {"bleu": 2.0}},
+        },
+    }
+    assert report.committed_model(manifest) == (
+        "the committed model: Part 4's full recipe (shared BPE, tie='all'), the "
+        "snapshot of step 8, preset cpu on AMD EPYC, steps [8]; test_2016 BLEU 38.58 "
+        "greedy, 39.00 with beam search. A model you train is another model, with "
+        "other attention."
+    )

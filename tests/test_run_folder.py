@@ -918,3 +918,26 @@ def test_a_run_whose_results_file_is_on_a_full_disk_keeps_its_scores(
     results = json.loads(fallback.read_text())
     assert results["steps"] == 2 and 0 <= results["bleu_test_2016_flickr"] <= 100
     assert not out.exists()
+
+
+def test_a_checkpoint_of_another_format_says_who_wrote_it(lib):
+    fmt = lib.checkpoints.CHECKPOINT_FORMAT  # "<name>/<version>"
+    name, version = fmt.rsplit("/", 1)
+    origin = lib.checkpoints.format_origin
+    newer = {"format": f"{name}/{int(version) + 1}"}
+    assert (
+        origin(newer) == "a newer version of this notebook wrote it; update your copy"
+    )
+    older = {"format": f"{name}/{int(version) - 1}"}
+    assert (
+        origin(older)
+        == "an older version of this notebook wrote it; train the run again"
+    )
+    for foreign in ({"format": "someone-else/3"}, {"format": f"{name}/x"}, {}, [1]):
+        assert origin(foreign) == "it is not a checkpoint of this notebook", foreign
+    with pytest.raises(lib.checkpoints.CheckpointError) as err:
+        lib.checkpoints.check_format(newer, "run/last.pt")
+    assert str(err.value) == (
+        f"run/last.pt is in format {newer['format']!r}, this notebook reads {fmt!r}: "
+        "a newer version of this notebook wrote it; update your copy"
+    )

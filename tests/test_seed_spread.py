@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from atkit import seeds
+from atkit import runtime, seeds
 from conftest import needs
 from tools import seed_spread
+from tools import train as cli
 
 SETTINGS = ("n_train=200", "n_eval=20", "steps=20", "eval_every=10")
 SMALL = [part for setting in SETTINGS for part in ("--set", setting)]
@@ -146,3 +147,111 @@ def test_a_model_the_summary_holds_is_not_trained_again(lib, small_models, capsy
     capsys.readouterr()
     assert seed_spread.main(["--preset", "ci", "--seeds", "0", "1", "--rerun"]) == 0
     assert "holds seeds" not in capsys.readouterr().out
+
+
+def test_a_score_summary_is_mean_min_max_and_range():
+    assert seeds.summary([20.0, 21.5, 20.7]) == {
+        "values": [20.0, 21.5, 20.7],
+        "mean": 20.73,
+        "min": 20.0,
+        "max": 21.5,
+        "range": 1.5,
+    }
+    assert seeds.summary([3.0, 3.0])["range"] == 0.0
+
+
+def opts_pairs(argv):
+    """(flag, value) pairs of a command line of flags that each take a value."""
+    return list(zip(argv[::2], argv[1::2], strict=True))
+
+
+class FakeTraining:
+    """tools.train's program as seed_spread calls it: it writes the results file a
+    finished run writes (the settings as tools.train reads them; BLEU made up from
+    the seed and the model), and records each command line."""
+
+    def __init__(self, lib):
+        self.lib, self.argv = lib, []
+
+    def __call__(self, argv):
+        self.argv.append(argv)
+        opts = dict(opts_pairs(argv))
+        changes = [cli.parse_setting(v) for k, v in opts_pairs(argv) if k == "--set"]
+        cfg = cli.config_from_args(self.lib, opts["--preset"], changes)
+        bleu = 20.0 + 0.7 * cfg.seed + (cfg.vocab == "bpe")
+        results = {
+            "preset": opts["--preset"],
+            "config": cfg.to_dict(),
+            "steps": cfg.steps,
+            "history": {"steps": [cfg.steps]},
+            "bleu_test_2016_flickr": bleu,
+            "bleu_val": bleu + 1,
+        }
+        out = Path(opts["--out"])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results))
+        return 0
+
+
+def test_the_summary_is_written_from_each_seeds_results_and_reused(
+    lib, monkeypatch, tmp_path, capsys
+):
+    """The tool's bookkeeping with the training faked: where each seed trains, the
+    summary it writes, and a second and third call that train nothing again."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AT_CHECKPOINTS", str(tmp_path / "ckpt"))
+    monkeypatch.setattr(seeds, "RUNS", tmp_path / "runs")
+    fake = FakeTraining(lib)
+    monkeypatch.setattr(cli, "train_cli", fake)
+    assert seed_spread.main(["--preset", "ci", "--seeds", "0", "2"]) == 0
+    ckpts = [argv[argv.index("--ckpt-dir") + 1] for argv in fake.argv]
+    assert ckpts == [
+        str(tmp_path / "ckpt" / "ci" / "seeds" / f"{folder}-{seed}")
+        for folder in ("part3", "full-recipe")
+        for seed in (0, 2)
+    ]
+    spread = json.loads(seeds.spread_path("ci").read_text())
+    assert seeds.spread_path("ci") == tmp_path / "runs" / "seed-spread-ci.json"
+    assert spread["command"] == "python -m tools.seed_spread --preset ci --seeds 0 2"
+    assert spread["machine"].endswith(seed_spread.cpu_name())
+    assert spread["precision"] == runtime.auto_precision("cpu")[0]
+    part3, full = spread["models"]["part3"], spread["models"]["full recipe"]
+    assert part3["bleu_test_2016_flickr"] == seeds.summary([20.0, 21.4])
+    assert full["bleu_val"] == seeds.summary([22.0, 23.4])
+    assert part3["config"] == lib.run_config("ci").to_dict()
+    assert full["config"] == lib.run_config("ci", vocab="bpe", tie="all").to_dict()
+    out = capsys.readouterr().out
+    assert "part3: test_2016 BLEU [20.0, 21.4] (mean 20.7, range 1.4)" in out
+    # a results file is a finished run of these settings, this seed and preset only
+    res = Path("results/ci-seed-part3-0.json")
+    assert seed_spread.finished(res, "ci", 0, [])["bleu_val"] == 21.0
+    assert seed_spread.finished(res, "ci", 2, []) is None
+    assert seed_spread.finished(res, "ci", 0, ["--set", "eps_ls=0.2"]) is None
+    assert seed_spread.finished(res, "gpu", 0, []) is None
+    stopped = json.loads(res.read_text())
+    stopped["history"]["steps"] = [stopped["steps"] - 1]  # stopped before the end
+    Path("stopped.json").write_text(json.dumps(stopped))
+    assert seed_spread.finished(Path("stopped.json"), "ci", 0, []) is None
+    # the summary holds both models with these seeds: nothing is trained again
+    assert seed_spread.main(["--preset", "ci", "--seeds", "0", "2"]) == 0
+    assert len(fake.argv) == 4
+    assert capsys.readouterr().out.count("holds seeds [0, 2]") == 2
+    # without the summary, the finished runs' results files are read again
+    seeds.spread_path("ci").unlink()
+    assert seed_spread.main(["--preset", "ci", "--seeds", "0", "2"]) == 0
+    assert len(fake.argv) == 4
+    assert capsys.readouterr().out.count("holds the finished run") == 4
+    assert json.loads(seeds.spread_path("ci").read_text()) == spread
+    # a results file cut short is not a finished run: that seed trains again
+    seeds.spread_path("ci").unlink()
+    Path("results/ci-seed-part3-2.json").write_text("{")
+    assert seed_spread.main(["--preset", "ci", "--seeds", "0", "2"]) == 0
+    assert fake.argv[4][fake.argv[4].index("--out") + 1] == str(
+        Path("results/ci-seed-part3-2.json")
+    )
+    assert len(fake.argv) == 5
+    assert seed_spread.main(["--preset", "ci", "--seeds", "0", "2", "--rerun"]) == 0
+    assert len(fake.argv) == 9, "--rerun trains every seed again"
+    # other seeds are another measurement: seed 3 trains, seed 0's results are read
+    assert seed_spread.main(["--preset", "ci", "--seeds", "0", "3"]) == 0
+    assert len(fake.argv) == 11

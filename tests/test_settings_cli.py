@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import pytest
@@ -681,3 +682,95 @@ def test_bench_validates_its_flags(lib, capsys, argv, words):
         assert err.value.code == 2 and words in capsys.readouterr().err
     else:
         assert words in str(err.value)
+
+
+# ------------------------------------------------ the Setup cell: runtime's switches
+
+
+def test_at_pretrained_is_1_0_or_unset():
+    assert runtime.pretrained({}) is False
+    assert runtime.pretrained({"AT_PRETRAINED": "0"}) is False
+    assert runtime.pretrained({"AT_PRETRAINED": " 1 "}) is True
+    with pytest.raises(ValueError) as err:
+        runtime.pretrained({"AT_PRETRAINED": "yes"})
+    assert str(err.value).startswith("AT_PRETRAINED='yes': use 1 (load the committed")
+
+
+def test_the_pretrained_switch_skips_the_cells_that_train(monkeypatch, capsys):
+    """use_pretrained in an IPython shell (a stand-in: its list of input
+    transformers): on, a cell whose first line is `# needs training` becomes one
+    printed line; off, it runs again; outside IPython it only returns the flag."""
+    other = lambda lines: lines  # noqa: E731  (a transformer of someone else's)
+    shell = types.SimpleNamespace(input_transformers_cleanup=[other])
+    ipython = types.SimpleNamespace(get_ipython=lambda: shell)
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    hooks = shell.input_transformers_cleanup
+    assert runtime.use_pretrained(True) is True
+    assert runtime.use_pretrained(True) is True
+    assert len(hooks) == 2 and hooks[0] is other, "added once, others kept"
+    cell = ["# needs training\n", "train()\n"]
+    (line,) = hooks[1](cell)
+    exec(line)  # noqa: S102 (the line the cell becomes)
+    assert capsys.readouterr().out.startswith(
+        "skipped: PRETRAINED is on (AT_PRETRAINED=1), and this cell trains"
+    )
+    assert hooks[1](["x = 1\n"]) == ["x = 1\n"] and hooks[1]([]) == []
+    assert runtime.use_pretrained(False) is False and hooks == [other]
+    monkeypatch.setenv("AT_PRETRAINED", "1")
+    assert runtime.use_pretrained() is True and len(hooks) == 2
+    monkeypatch.setitem(sys.modules, "IPython", None)  # not installed: a script
+    assert runtime.use_pretrained(False) is False and len(hooks) == 2
+
+
+@pytest.mark.parametrize(
+    "capability, expected",
+    [
+        ((7, 5), ("fp16", "sm75 has no native bfloat16: float16 + GradScaler")),
+        ((8, 0), ("bf16", "the GPU computes bfloat16 natively (sm80)")),
+        ((9, 0), ("bf16", "the GPU computes bfloat16 natively (sm90)")),
+    ],
+)
+def test_auto_precision_on_a_gpu_follows_its_capability(
+    monkeypatch, capability, expected
+):
+    asked = []
+
+    def capability_of(device):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr("torch.cuda.get_device_capability", capability_of)
+    assert runtime.auto_precision("cuda:1") == expected
+    assert asked == [torch.device("cuda", 1)]
+
+
+def test_the_setup_cells_line_and_the_facts_the_readme_reads(monkeypatch):
+    from tools import readme_results
+
+    monkeypatch.setenv("AT_PRESET", "ci")
+    rt = runtime.setup()
+    assert (rt.preset, rt.device, rt.threads) == ("ci", torch.device("cpu"), 1)
+    version = sys.modules["torch"].__version__.split("+")[0]  # loaded by setup()
+    machine = f"{runtime.cores_available()} CPU core(s)"
+    monkeypatch.setattr(runtime, "TORCH_WAS_LOADED", False)
+    assert str(rt) == f"preset ci · cpu ({machine}) · torch {version}"
+    bundle = rt._repr_mimebundle_()
+    assert bundle == {
+        "text/plain": str(rt),
+        runtime.RUN_MIME: {
+            "preset": "ci",
+            "device": "cpu",
+            "machine": machine,
+            "torch": version,
+        },
+    }
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    shown = new_output("display_data", data=bundle)
+    nb = new_notebook(cells=[new_code_cell("1"), new_code_cell("rt", outputs=[shown])])
+    assert readme_results.run_preset(nb) == "ci"
+    monkeypatch.setattr(runtime, "TORCH_WAS_LOADED", True)
+    assert str(rt).endswith(" (set too late: torch was loaded first; restart)")
+    monkeypatch.setattr("torch.cuda.get_device_name", lambda device: "NVIDIA H100")
+    gpu = runtime.Runtime("gpu", torch.device("cuda", 0), 8)
+    assert gpu.machine() == "NVIDIA H100"

@@ -2,6 +2,7 @@
 budget, every deep dive is marked as one, and tracebacks point into the notebook."""
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import jupytext
 import pytest
 
 import nbexport
-from tools import word_count
+from tools import errors, word_count
 
 ROOT = Path(__file__).resolve().parents[1]
 MD = ROOT / "annotated_transformer.md"
@@ -206,3 +207,122 @@ def test_every_tools_help_loads_no_torch():
 def test_registry_names_are_read_without_running_the_notebook(lib):
     for registry in ("SEARCHES", "MODEL_SIZES", "PRECISIONS", "PRESETS"):
         assert nbexport.registry_names(registry) == tuple(getattr(lib, registry))
+
+
+def test_word_count_prints_the_counts_and_refuses_a_missing_file(tmp_path, capsys):
+    md = tmp_path / "n.md"
+    md.write_text(
+        "---\njupyter:\n  jupytext:\n    split_at_heading: true\n---\n\n"
+        "## Part\n\none two three\n\n```python\nx = 1\n\ny = 2\n```\n\n"
+        "### Deep dive: X\n\n*four five*\n\n```python\nz = 3\n```\n\n"
+        "### Main again\n\nseven\n"
+    )
+    assert word_count.main(["--notebook", str(md)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "prose words, main path: 7 (budget 7,000)",
+        "prose words, deep dives: 5",
+        "prose words, in all:     12 (budget 10,000)",
+        "code lines, main path:   2; in deep dives 1",
+    ]
+    with pytest.raises(
+        errors.UsageError, match="--notebook .*missing.md: no such file"
+    ):
+        word_count.main(["--notebook", str(tmp_path / "missing.md")])
+
+
+FUNCTIONS = '''def a():
+    """A docstring, not a line that runs."""
+    return 1
+
+
+class B:
+    def m(self):
+        def inner():
+            pass
+
+        return inner
+
+
+async def c():
+    """Only a docstring."""
+'''
+
+
+def test_tier_coverage_names_the_functions_a_tier_never_enters(
+    tmp_path, monkeypatch, capsys
+):
+    """The program's reading of coverage.py's data, on data made up here: only
+    word_count's `count` ran, and one line of its `main` (a function entered), so
+    its other function, and every function of the other files, are listed; the
+    tier asked for goes to pytest's -m."""
+    import coverage
+
+    from tools import tier_coverage
+
+    path = tmp_path / "f.py"
+    path.write_text(FUNCTIONS)
+    assert tier_coverage.functions(path) == [
+        ("a", {3}),
+        ("B.m", {8, 9, 10, 11}),
+        ("B.m.inner", {9}),
+        ("c", {15}),
+    ]
+    sources = tier_coverage.sources()
+    assert sources[str(nbexport.NOTEBOOK)] == nbexport.EXPORT
+    for folder in ("atkit", "tools"):
+        for py in (ROOT / folder).glob("*.py"):
+            assert sources[str(py)] == py
+    counted = ROOT / "tools" / "word_count.py"
+    found = dict(tier_coverage.functions(counted))
+    lines = found["count"] | {min(found["main"])}  # count, and main's first line
+    ran = []
+
+    def run(cmd, cwd, env, check):
+        ran.append((cmd, env))
+        data = coverage.CoverageData(basename=env["COVERAGE_FILE"])
+        data.add_lines({str(counted): sorted(lines)})
+        data.write()
+
+    monkeypatch.setattr(tier_coverage.subprocess, "run", run)
+    assert tier_coverage.main(["--tier", "training"]) == 0
+    ((cmd, env),) = ran
+    assert cmd[1:8] == ["-m", "coverage", "run", "--branch", "-m", "pytest", "tests"]
+    assert cmd[-2:] == ["-m", "training"] and env["AT_PRESET"] == "ci"
+    out = capsys.readouterr().out.splitlines()
+    assert "tools/word_count.py: 1 never run: Counts.total_words" in out
+    assert "tools/__init__.py: every function runs" in out
+    every = sum(len(tier_coverage.functions(source)) for source in sources.values())
+    total = every - 2  # all but `count` and `main`
+    assert out[-1] == f"{total} function(s) that no test of 'training' runs"
+
+
+def test_startup_times_each_program_in_a_fresh_interpreter(tmp_path, monkeypatch):
+    """tools.startup: the programs it times (each module of tools/ with a main), a
+    probe of one light program in a fresh interpreter (no torch: only --help), and
+    its table and JSON, with the probes faked."""
+    from tools import startup
+
+    names = startup.tools()
+    assert {"tools.train", "tools.startup", "tools.word_count"} <= set(names)
+    assert "tools.errors" not in names and "tools.__init__" not in names
+    assert names == sorted(names)
+    row = startup.probe("tools.word_count")
+    assert row["case"] == "tools.word_count" and row["loaded"] == []
+    assert row["seconds"] > 0
+    probed = []
+
+    def probe(name):
+        probed.append(name)
+        return {"case": name, "seconds": 0.25, "loaded": ["torch"] * (name == "torch")}
+
+    monkeypatch.setattr(startup, "probe", probe)
+    out = tmp_path / "startup.json"
+    assert startup.main(["--json", str(out)]) == 0
+    assert probed == [*names, "torch", "notebook library"]
+    rows = json.loads(out.read_text())
+    assert [r["case"] for r in rows] == probed
+    assert all(r["wall_s"] >= 0 and r["seconds"] == 0.25 for r in rows)
+    probed.clear()
+    assert startup.main(["--only-tools"]) == 0 and probed == names
+    with pytest.raises(errors.UsageError, match="is a folder; give a file name"):
+        startup.main(["--json", str(tmp_path)])

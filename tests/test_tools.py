@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -449,3 +450,113 @@ def test_thread_probe_prints_the_kernels_output(monkeypatch, capsys):
     )
     assert run(thread_probe.main, thread_probe.PROG, ["--epoch"]) == 0
     assert "1.00 s" in capsys.readouterr().out
+
+
+# ------------------------------------------------------- the parts the runs above skip
+
+
+@pytest.mark.parametrize(
+    "name, flops",
+    [
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H100 80GB HBM3", 989e12),
+        ("NVIDIA GH200 480GB", 989e12),
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA L40S", 362e12),
+        ("NVIDIA L4", 121e12),
+        ("Tesla T4", 65e12),
+        ("NVIDIA A10G", None),  # not an A10
+        ("AMD Instinct MI300X", None),
+    ],
+)
+def test_bench_peak_flops_by_the_gpus_name(name, flops):
+    assert bench.peak_flops(name) == flops
+
+
+def test_bench_profile_lists_the_operators(lib, capsys):
+    assert bench.main([*TINY_BENCH, "--profile"]) == 0
+    out = capsys.readouterr().out
+    head, table = out.split("\n", 1)
+    assert head == "1 fast steps, precision fp32:"
+    assert "Self CPU" in table and "aten::mm" in table
+    assert "label tok/s" not in out, "the profile alone, no measurement"
+
+
+def test_bench_memory_child_prints_the_growth_of_the_peak(lib, capsys):
+    assert bench.main([*TINY_BENCH, "--memory-child", "fast"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert set(json.loads(last)) == {"peak_mib"} and json.loads(last)["peak_mib"] >= 0
+    status = Path("/proc/self/status").read_text().splitlines()
+    kib = next(int(s.split()[1]) for s in status if s.startswith("VmHWM:"))
+    assert bench.rss_mib("VmHWM") == pytest.approx(kib / 1024, abs=64)
+    with pytest.raises(KeyError):
+        bench.rss_mib("NoSuchField")
+
+
+def test_bench_reads_the_memory_childs_last_line(monkeypatch):
+    """cpu_peak_mib runs the bench again in a fresh process (process tier): here
+    the process is a stand-in, and the command and the reading are checked."""
+    ran = []
+
+    def run(cmd, capture_output, text, check):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, 'noise\n{"peak_mib": 12.5}\n', "")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    assert bench.cpu_peak_mib(["--preset", "ci"], "fast") == 12.5
+    assert ran == [
+        [
+            sys.executable,
+            "-m",
+            "tools.bench",
+            "--preset",
+            "ci",
+            "--memory-child",
+            "fast",
+        ]
+    ]
+    failed = subprocess.CompletedProcess([], 2, "", "Traceback\nerror: --vocab 0\n")
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(RuntimeError) as err:
+        bench.cpu_peak_mib([], "didactic")
+    assert str(err.value) == (
+        "measuring the didactic path's memory in a fresh process failed (exit 2): "
+        "error: --vocab 0"
+    )
+
+
+def test_bench_counts_the_same_flops_with_and_without_a_precision(lib):
+    args, cfg = bench.parse_args(lib, TINY_BENCH)
+    pairs = bench.synthetic_pairs(lib, cfg, cfg.bpe_size, 1)
+    batches = lib.make_batches(pairs, cfg, "cpu")[:1]
+    setup = bench.build(lib, cfg, cfg.bpe_size, "didactic", "cpu", "fp32", False)
+    with_fp32 = bench.step_flops(lib, setup, batches)
+    assert bench.step_flops(lib, (*setup[:4], None), batches) == with_fp32
+    params = sum(p.numel() for p in setup[0].parameters())
+    assert with_fp32 > 2 * params  # forward and backward of every weight, at least
+
+
+def test_precision_check_table_figures():
+    assert precision_check.figure(None) == "-"
+    assert precision_check.figure(38.456) == "38.46"
+    assert precision_check.figure(1600) == "1600"
+    assert precision_check.figure("bf16") == "bf16"
+
+
+def test_load_check_starts_spinning_processes_at_nice_19_in_sessions_of_their_own():
+    procs = load_check.start_load(2)
+    try:
+        assert len(procs) == 2
+        for p in procs:
+            argv = []
+            for _ in range(250):  # until `nice` has started Python in its place
+                argv = Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+                if argv and argv[0] != b"nice":
+                    break
+                time.sleep(0.02)
+            assert argv == [sys.executable.encode(), b"-c", load_check.SPIN.encode()]
+            assert os.getpriority(os.PRIO_PROCESS, p.pid) == 19
+            assert os.getsid(p.pid) == p.pid
+    finally:
+        load_check.stop_load(procs)
+    assert [p.returncode for p in procs] == [-9, -9]

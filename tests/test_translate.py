@@ -857,3 +857,128 @@ def test_pretrained_switch_in_ipython():
     assert on[2] == "always\n" and on[4] == "trained again\n", on
     off = run(False)
     assert off[1] == "trained\n" and off[2] == "always\n", off
+
+
+# ------------------------------------- a model exported in this process (fast tier)
+
+GOLDEN_MODEL = ROOT / "tests" / "js" / "golden" / "de-en.js"  # its BPE: 160 pieces
+SMALL = dict(N=1, d_model=16, d_ff=32, h=2, max_len=128, max_tokens=400, warmup=10)
+
+
+@pytest.fixture(scope="module")
+def small_run(lib, tmp_path_factory):
+    """A full-recipe run (shared BPE, tie='all') of two steps on 40 Multi30k pairs,
+    its vocabulary the golden files' BPE (no sentencepiece training here)."""
+    vocab = lib.SharedBPE(export.read_model(GOLDEN_MODEL).spm_proto)
+    de, en = lib.corpus.read_split("train", str(lib.corpus.data_root()))
+    pairs = [
+        (lib.frame(vocab.encode(d.split())), lib.frame(vocab.encode(e.split())))
+        for d, e in zip(de[:40], en[:40], strict=True)
+    ]
+    cfg = lib.run_config(
+        "ci", vocab="bpe", tie="all", steps=2, eval_every=1, keep=2, **SMALL
+    )
+    data = lib.TranslationData(vocab, vocab, pairs[:32], pairs[32:], {}, {}, "de")
+    folder = tmp_path_factory.mktemp("small-bpe") / "run"
+    _, history = lib.train(cfg, data, folder, "cpu", log=quiet)
+    return folder, cfg, history
+
+
+def js_rules_applied(rules, text: str) -> str:
+    """The page's detokenizer (JavaScript pattern, replacement) pairs, applied to
+    `text` with Python's re (their \\u{...} escapes read as the characters)."""
+    for pattern, replacement in rules:
+        pattern = re.sub(
+            r"\\u\{([0-9a-f]+)\}", lambda m: re.escape(chr(int(m[1], 16))), pattern
+        )
+        text = re.sub(pattern, replacement.replace("$", "\\"), text)
+    return text
+
+
+def test_an_exported_model_is_loaded_as_the_page_computes_with_it(
+    lib, small_run, tmp_path, monkeypatch
+):
+    """tools.export_model on a run trained here: the file's manifest, its score on
+    a test sentence, the page beside it; `load_exported` gives back the config,
+    the vocabulary and exactly the int8 weights (codes times row scales)."""
+    folder, cfg, history = small_run
+    said, scored, real = [], [], lib.bleu
+
+    def spy(model, data, split, search=lib.greedy_decode, decode_tokens=8000):
+        r = real(model, data, split, search, decode_tokens)
+        weights = sum(v.double().sum().item() for v in model.state_dict().values())
+        scored.append((lib.search_name(search), data.text[split], r["bleu"], weights))
+        return r
+
+    monkeypatch.setattr(lib, "bleu", spy)
+    path = export_model.export_run(
+        lib, folder, 1, 1.0, tmp_path, "ci", n_eval=1, log=said.append
+    )
+    monkeypatch.setattr(lib, "bleu", real)
+    assert path == tmp_path / "translate" / "de-en.js"
+    model, loaded_cfg, vocab, manifest = lib.load_exported(path)
+    assert loaded_cfg == cfg and not model.training
+    assert vocab.itos == lib.SharedBPE(export.read_model(GOLDEN_MODEL).spm_proto).itos
+    best = lib.best_model(folder, history, "cpu").state_dict()
+    entries, aliases, blob = export.pack_state(best, "int8")
+    stored = export.unpack_state(entries, aliases, bytes(blob))
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, stored[name]), name
+    assert model.generator.proj.weight is model.src_embed[0].lut.weight, "tied"
+    assert manifest["averaged_steps"] == [history["best_step"]]
+    assert manifest["machine"] == export_model.cpu_name()
+    assert manifest["what"].endswith(f"the snapshot of step {history['best_step']}")
+    bleu = manifest["bleu"]
+    assert bleu["split"] == "test_2016_flickr"
+    de, en = lib.corpus.read_split("test_2016_flickr", str(lib.corpus.data_root()))
+    beam = "beam(beam_size=4, alpha=1.0)"
+    assert [(search, text) for search, text, *_ in scored] == [
+        ("greedy", (de[:1], en[:1])),
+        (beam, (de[:1], en[:1])),
+    ] * 2, "the PyTorch model's scores, then the exported weights'"
+    assert [r for _, _, r, _ in scored] == [
+        bleu[weights][name]["bleu"]
+        for weights in ("pytorch", "exported")
+        for name in ("greedy", "beam")
+    ]
+    total = lambda state: sum(v.double().sum().item() for v in state.values())  # noqa: E731
+    assert [w for *_, w in scored] == [total(best)] * 2 + [total(stored)] * 2
+    data = export_model.test_data(lib, cfg, vocab, n=1)
+    words = lib.tokenize_all("de", de[:1])[0]
+    assert data.sources["test_2016_flickr"] == [lib.frame(vocab.encode(words))]
+    assert (
+        said[1] == f"de-en.js written: de-en, {export_model.weights_of(manifest)}, int8"
+    )
+    ex = export.read_model(path)
+    for tokens in (["Ein", "Hund", "(", "braun", ")", "rennt", "."], ["it", "'s", "x"]):
+        assert js_rules_applied(ex.detokenize, " ".join(tokens)) == lib.detokenize(
+            tokens
+        )
+    assert ex.spacy == export.spacy_rules("de")
+    assert ex.spacy["lang"] == "de" and ex.spacy["specials"]["z.B."] == ["z.B."]
+    page = (tmp_path / "translate.html").read_text(encoding="utf-8")
+    assert page == export_model.page_html(tmp_path)
+    assert "translate/de-en.js" in page
+
+
+def test_export_models_command_line(lib, small_run, tmp_path, capsys):
+    folder, _, history = small_run
+    out = tmp_path / "out"
+    argv = ["--ckpt-dir", str(folder), "--out", str(out), "--preset", "ci"]
+    assert export_model.main([*argv, "--no-bleu", "--alpha", "0.5"]) == 0
+    manifest = export.read_model(out / "translate" / "de-en.js").manifest
+    assert manifest["alpha"] == 0.5 and "bleu" not in manifest
+    assert (out / "translate.html").is_file()
+    capsys.readouterr()
+    assert export_model.main(["--page-only", "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"{out / 'translate.html'}\n"
+    assert export_model.main(["--page-only", "--out", str(tmp_path / "none")]) == 0
+    assert "no model file in" in capsys.readouterr().out
+    for bad, words in (
+        ([], "--ckpt-dir is needed"),
+        ([*argv, "--n-avg", "0"], "--n-avg must be >= 1"),
+        ([*argv, "--alpha", "nan"], "--alpha a number >= 0"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            export_model.main(bad)
+        assert exit_.value.code == 2 and words in capsys.readouterr().err
