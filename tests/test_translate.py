@@ -876,7 +876,14 @@ def small_run(lib, tmp_path_factory):
         for d, e in zip(de[:40], en[:40], strict=True)
     ]
     cfg = lib.run_config(
-        "ci", vocab="bpe", tie="all", steps=2, eval_every=1, keep=2, **SMALL
+        "ci",
+        vocab="bpe",
+        bpe_size=len(vocab),  # what the manifest says: the file's shapes are checked
+        tie="all",
+        steps=2,
+        eval_every=1,
+        keep=2,
+        **SMALL,
     )
     data = lib.TranslationData(vocab, vocab, pairs[:32], pairs[32:], {}, {}, "de")
     folder = tmp_path_factory.mktemp("small-bpe") / "run"
