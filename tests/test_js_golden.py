@@ -132,12 +132,14 @@ def test_a_sample_of_the_decoding_cases_is_what_the_search_gives_now(lib):
     cases = json.loads(committed("cases.json"))
     sample = [c for c in cases["greedy"] if c["norm"] == "pre"][:3]
     sample += [c for c in cases["greedy"] if c["norm"] == "post"][:3]
-    for c in sample:
+    for n, c in enumerate(sample):
         m = models[c["norm"]]
         out, ended = js_golden.search(lib, m, c["src"], c["limit"])
         assert (out, ended) == (c["out"], c["ended"]), c
         margin = js_golden.greedy_margin(lib, m, c["src"], out, ended)
         assert margin >= js_golden.MARGIN
+        if n % 3:
+            continue
         # the smallest gap over the steps: no larger for more steps (up to the
         # rounding of other shapes)
         prefixes = [
