@@ -29,6 +29,7 @@ from tools import errors
 torch = lazy("torch")
 export = lazy("atkit.export")
 export_model = lazy("tools.export_model")
+js_golden = lazy("tools.js_golden")
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -57,23 +58,9 @@ EDGE_TEXTS = [
 
 
 def fuzz_texts(n: int, seed: int = 0) -> list[str]:
-    """Random strings from characters that spaCy's German rules treat specially."""
-    alphabet = (
-        list("aeinrstAMHDzBkmhäöüßÄ0123456789")
-        + list(".,;:!?'\"()[]-–—/&%$€°…«»„“‚‘’`´+*#@_~=<>|")
-        + [" ", " ", " ", "\t", "\n", "\u00a0", "😀", "▁", "ﬁ"]
-    )
-    words = [
-        "z.B.",
-        "Dr.",
-        "usw.",
-        "auf'm",
-        "http://x.de",
-        "km",
-        "US$",
-        "...",
-        "E-Mail",
-    ]
+    """Random strings from characters and words that spaCy's German rules treat
+    specially (those of tools/js_golden.py, whose own strings are shorter)."""
+    alphabet, words = js_golden.FUZZ_CHARS, js_golden.FUZZ_WORDS
     rng = random.Random(seed)
     out = []
     for _ in range(n):
