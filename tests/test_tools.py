@@ -476,7 +476,10 @@ def test_bench_peak_flops_by_the_gpus_name(name, flops):
 def test_bench_memory_child_prints_the_growth_of_the_peak(lib, capsys):
     assert bench.main([*TINY_BENCH, "--memory-child", "fast"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert set(json.loads(last)) == {"peak_mib"} and json.loads(last)["peak_mib"] >= 0
+    # one line of JSON: the growth of the peak over two steps (in this long-lived
+    # process, not the fresh one the bench starts, it may even come out below 0)
+    assert set(json.loads(last)) == {"peak_mib"}
+    assert isinstance(json.loads(last)["peak_mib"], float)
     status = Path("/proc/self/status").read_text().splitlines()
     kib = next(int(s.split()[1]) for s in status if s.startswith("VmHWM:"))
     assert bench.rss_mib("VmHWM") == pytest.approx(kib / 1024, abs=64)
