@@ -5,6 +5,7 @@ import ast
 import json
 import re
 import subprocess
+import symtable
 import sys
 from pathlib import Path
 
@@ -136,6 +137,63 @@ def test_no_main_path_text_hides_inside_a_deep_dive():
                 assert re.search(r"^### (?!Deep dive:)", after_dive, re.M), (
                     f"an exercises link sits inside a deep dive: {part[:40]!r}"
                 )
+
+
+def _bound_and_used(source: str) -> tuple[set, set]:
+    """(names a cell binds at its top level, global names it reads anywhere, inside
+    function and class bodies too; a function's own parameters and locals are not
+    global). An attribute chain's root is a read name."""
+    table = symtable.symtable(source, "cell", "exec")
+    bound = {
+        s.get_name()
+        for s in table.get_symbols()
+        if s.is_assigned() or s.is_imported() or s.is_namespace()
+    }
+    used, tables = set(), [table]
+    while tables:
+        t = tables.pop()
+        for s in t.get_symbols():
+            if s.is_referenced() and (t.get_type() == "module" or s.is_global()):
+                used.add(s.get_name())
+        tables += t.get_children()
+    return bound, used
+
+
+def deep_dive_only_uses(path=MD) -> list[str]:
+    """'heading: name' for every name a main-path code cell reads that only deep-dive
+    cells define (rule R1 of issue 57: the main path never needs a deep dive)."""
+    cells = [
+        (deep, heading, *_bound_and_used(cell.source))
+        for cell, deep, heading in word_count.classified_cells(jupytext.read(path))
+        if cell.cell_type == "code"
+    ]
+    main = set().union(*(bound for deep, _, bound, _ in cells if not deep))
+    deep_only = set().union(*(bound for deep, _, bound, _ in cells if deep)) - main
+    found = [
+        f"{heading}: {name}"
+        for deep, heading, _, used in cells
+        if not deep
+        for name in sorted(used & deep_only)
+    ]
+    return list(dict.fromkeys(found))
+
+
+def test_the_main_path_uses_nothing_defined_only_in_a_deep_dive():
+    """R1: a reader who skips every deep dive runs every main-path cell; so no
+    main-path cell reads a name (even inside a function body) that only a deep
+    dive's cells define. What the main path needs lives on it or in atkit."""
+    violations = deep_dive_only_uses()
+    assert not violations, "\n".join(violations)
+
+
+def test_the_deep_dive_check_sees_uses_inside_function_bodies(tmp_path):
+    md = tmp_path / "n.md"
+    md.write_text(
+        "## Part\n\n```python\ndef f(n):\n    return helper.x(n) + n\n```\n\n"
+        "### Deep dive: X\n\n*what*\n\n```python\ndef helper(): pass\n"
+        "n = 3\n```\n\n### Main again\n\n```python\nprint(n)\n```\n"
+    )
+    assert deep_dive_only_uses(md) == ["Part: helper", "Main again: n"]
 
 
 def test_exported_blocks_name_their_section_and_keep_their_lines():
