@@ -18,9 +18,12 @@ The record (a dict):
 * ``noise``: the seed-to-seed range of test BLEU (the larger of the two models'), or
   None when it was not measured for this run;
 * ``steps``, ``preset``, ``sentences`` (test sentences);
-* ``choices``: per direction, ``n_avg`` and ``avg_sweep`` (rows of ``n``, ``steps``,
-  ``bleu``, ``ratio`` on val), ``alpha``, ``alpha_sweep`` (``alpha``, ``bleu``,
-  ``ratio`` on val), ``capped`` and ``alpha_cap``;
+* ``choices``: per direction, ``run`` (the folder whose snapshots it averages: the
+  cool-down run or its eq. 3 branch) and ``branch`` (whether the branch's),
+  ``candidates`` (per run: its ``n_avg`` and ``sweep``), ``n_avg`` and ``avg_sweep``
+  (rows of ``n``, ``steps``, ``bleu``, ``ratio`` on val) of the chosen run, ``alpha``,
+  ``alpha_sweep`` (``alpha``, ``bleu``, ``ratio`` on val), ``capped`` and
+  ``alpha_cap``;
 * ``averaging``: per schedule ("eq. 3 alone", "eq. 3, cool-down"): ``n``, ``one``
   and ``avg`` (test BLEU of the best snapshot and of the average, greedy), ``val_one``
   and ``val_avg`` (the same on val), ``steps`` (of the averaged snapshots), ``rates``
@@ -52,16 +55,24 @@ def within_noise(gain: float, noise: float | None) -> bool:
 
 
 def choices(finals: dict) -> list[str]:
-    """The sweeps on val behind each direction's final system."""
+    """The sweeps on val behind each direction's final system: per candidate run
+    (the cool-down run and its eq. 3 branch) the averages tried, then alpha."""
     out = []
     for direction, c in finals.items():
-        out.append(f"{direction} on val, greedy:")
-        for n, steps, bleu, _ in c["avg_sweep"]:
-            mark = "  <- chosen" if n == c["n_avg"] else ""
-            out.append(
-                f"  the average of the snapshots of steps {steps}: "
-                f"BLEU {bleu:5.2f}{mark}"
-            )
+        chosen_run = c.get("run")
+        candidates = c.get("candidates") or {chosen_run: {"n_avg": c["n_avg"]}}
+        for run, cand in candidates.items():
+            sweep = cand.get("sweep", c["avg_sweep"])
+            mine = run == chosen_run
+            out.append(f"{direction} on val, greedy{', ' + run if run else ''}:")
+            for n, steps, bleu, _ in sweep:
+                mark = ""
+                if n == cand["n_avg"]:
+                    mark = "  <- chosen" if mine else "  <- its best, not chosen"
+                out.append(
+                    f"  the average of the snapshots of steps {steps}: "
+                    f"BLEU {bleu:5.2f}{mark}"
+                )
         ratio = c["avg_sweep"][c["n_avg"] - 1][3]
         out.append(
             f"{direction} on val, the average of {c['n_avg']}: greedy length ratio "
