@@ -373,6 +373,34 @@ def conclusion(summary, part3_bleu: float) -> list[str]:
     return out
 
 
+PAPER_TABLE2 = [  # Vaswani et al. (2017), Table 2, BLEU on newstest2014
+    ("Transformer (base), EN-DE", 27.3),
+    ("Transformer (big), EN-DE", 28.4),
+    ("Transformer (base), EN-FR", 38.1),
+    ("Transformer (big), EN-FR", 41.8),
+]
+MULTI30K_PUBLISHED = [  # test_2016_flickr; the sources: "How our numbers compare"
+    ("Wu et al. 2021, text-only, EN-DE", 41.02),
+    ("OPUS-MT tc-big gmw-gmw, DE-EN", 39.9),
+    ("OPUS-MT tc-big gmw-gmw, EN-DE", 35.4),
+]
+
+
+def compare(summary) -> list[str]:
+    """The paper's Table 2, the published Multi30k figures, and this run's rows."""
+    out = ["the paper (Table 2, WMT 2014 newstest2014):"]
+    out += [f"  {name:<34} {value:5.1f}" for name, value in PAPER_TABLE2]
+    out.append("published on Multi30k test_2016 (other tokenisation and data):")
+    out += [f"  {name:<34} {value:5.1f}" for name, value in MULTI30K_PUBLISHED]
+    out.append(
+        f"this notebook (preset {summary['preset']}, Multi30k test_2016, sacreBLEU):"
+    )
+    for row in summary["rows"]:
+        score = "diverged" if row["diverged"] else f"{row['bleu']:5.2f}"
+        out.append(f"  {row['label']:<34} {score}  ({row['dir']})")
+    return out
+
+
 def bench(figures: dict) -> str:
     """tools/bench.py's figures (its --json) in one sentence."""
     paths = {p: figures[p] for p in ("didactic", "fast") if p in figures}

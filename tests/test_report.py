@@ -195,6 +195,15 @@ def test_the_choices_and_spread_lines(summary):
     ]
 
 
+def test_the_comparison_lists_the_published_figures_and_every_row(summary):
+    lines = report.compare(summary)
+    assert lines[0] == "the paper (Table 2, WMT 2014 newstest2014):"
+    assert f"  {'OPUS-MT tc-big gmw-gmw, DE-EN':<34}  39.9" in lines
+    rows = lines[-len(summary["rows"]) :]
+    assert rows[0] == f"  {'words, tie=' + repr('tgt') + ', greedy':<34} 36.82  (de-en)"
+    assert len(lines) == 1 + 4 + 1 + 3 + 1 + len(summary["rows"])
+
+
 def test_bench_sentence():
     figures = {"didactic": {"tokens_per_s": 2000.0}, "fast": {"tokens_per_s": 3720.0}}
     assert "1.86 times as many" in report.bench(figures)
