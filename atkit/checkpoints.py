@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -140,6 +141,27 @@ def format_origin(state) -> str:
             return "a newer version of this notebook wrote it; update your copy"
         return "an older version of this notebook wrote it; train the run again"
     return "it is not a checkpoint of this notebook"
+
+
+def checked_state(checkpoint) -> tuple[dict, str]:
+    """(state, where) of a checkpoint file or dict, checked to be in the notebook's
+    format; `where` names it in error messages."""
+    where = str(checkpoint) if isinstance(checkpoint, str | Path) else "dict"
+    state = load_checkpoint(checkpoint) if where != "dict" else checkpoint
+    return check_format(state, where), where
+
+
+@contextlib.contextmanager
+def not_this_notebook(where: str):
+    """Around rebuilding a model from a checkpoint: a failure (a missing key, a shape
+    that does not fit) becomes one CheckpointError naming the file."""
+    try:
+        yield
+    except (RuntimeError, ValueError, TypeError, KeyError) as err:
+        raise CheckpointError(
+            f"{where}: does not describe a model of this notebook "
+            f"({type(err).__name__}: {str(err)[:300]})"
+        ) from None
 
 
 def check_format(ckpt, where: str) -> dict:

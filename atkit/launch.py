@@ -1,9 +1,11 @@
 """Starting and ending torchrun's workers, from a notebook or a terminal.
 
 `launch_torchrun` runs `python -m torch.distributed.run` (the `torchrun` command) with
-the kernel's own interpreter; each worker runs `tools.train.main`, which imports the
-module that nbexport.py generates from the notebook, so the workers run the notebook's
-code as it is on disk (edit a cell, launch again: nbexport regenerates the module). A
+the kernel's own interpreter; each worker runs the code its caller names (this package
+starts no program of its own choosing: `worker_code(module)` runs a module's `main`).
+The notebook's workers run `tools.train.main`, which imports the module that
+nbexport.py generates from the notebook, so the workers run the notebook's code as it
+is on disk (edit a cell, launch again: nbexport regenerates the module). A
 function defined in a notebook cell could not be sent to a worker: a fresh interpreter
 finds functions by module and name, and the cell's module is the kernel's `__main__`.
 The launcher streams the workers' output as it arrives, turns a failure into an
@@ -37,7 +39,13 @@ from pathlib import Path
 from atkit.settings import check_setting
 
 REPO = Path(__file__).resolve().parents[1]
-WORKER_CODE = "import sys; from tools import train; sys.exit(train.main())"
+
+
+def worker_code(module: str) -> str:
+    """The code a worker runs: `module`'s main(), its return value the exit status."""
+    return (
+        f"import sys, importlib; sys.exit(importlib.import_module({module!r}).main())"
+    )
 
 
 def setup_distributed(device="auto", timeout_s=300.0):
@@ -86,9 +94,10 @@ def worker_exit(status: int):
     os._exit(status)
 
 
-def torchrun_command(cli_args, nproc=2, code=WORKER_CODE, **rdzv):
-    """The torchrun command line; rdzv: nnodes, node_rank, rdzv_endpoint, ...
-    (none: --standalone, one machine)."""
+def torchrun_command(cli_args, code, nproc=2, **rdzv):
+    """The torchrun command line whose workers run `code` (Python source) with
+    `cli_args`; rdzv: nnodes, node_rank, rdzv_endpoint, ... (none: --standalone, one
+    machine)."""
     cmd = [sys.executable, "-m", "torch.distributed.run"]
     cmd += [f"--{k}={v}" for k, v in rdzv.items()] if rdzv else ["--standalone"]
     cmd += [f"--nproc_per_node={nproc}", "--no-python", sys.executable, "-c", code]
@@ -97,21 +106,23 @@ def torchrun_command(cli_args, nproc=2, code=WORKER_CODE, **rdzv):
 
 def launch_torchrun(
     cli_args,
+    code,
     nproc=2,
-    code=WORKER_CODE,
     timeout_s=None,
     env=None,
     check=True,
     echo=True,
     **rdzv,
 ):
-    """Run torchrun, stream its output, return (returncode, output). With check,
-    a non-zero exit raises RuntimeError; past timeout_s everything is stopped."""
+    """Run torchrun with workers that run `code` (Python source, such as
+    `worker_code("tools.train")`), stream its output, return (returncode, output).
+    With check, a non-zero exit raises RuntimeError; past timeout_s everything is
+    stopped."""
     check_setting("launch_torchrun", "nproc", nproc, int, low=1)
     check_setting(
         "launch_torchrun", "timeout_s", timeout_s, float, above=0, optional=True
     )
-    cmd = torchrun_command(cli_args, nproc, code, **rdzv)
+    cmd = torchrun_command(cli_args, code, nproc, **rdzv)
     path = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)
     child_env = {**os.environ, **(env or {}), "PYTHONPATH": path}
     # Each worker's share of the cores, said up front: without it torchrun sets 1

@@ -39,3 +39,12 @@ def wrap(text: str, width: int = WIDTH, indent: int | None = None) -> str:
 def say(*parts, width: int = WIDTH, indent: int | None = None, sep=" ") -> None:
     """print(*parts), wrapped to `width` characters (see `wrap`)."""
     print(wrap(sep.join(str(p) for p in parts), width, indent))
+
+
+def show_source(obj) -> None:
+    """Print the source of a function or class of atkit under its full name (a deep
+    dive shows the code that the main path calls, rather than a copy of it)."""
+    import inspect
+
+    print(f"# {obj.__module__}.{obj.__qualname__}")
+    print(inspect.getsource(obj), end="")

@@ -18,9 +18,12 @@ The record (a dict):
 * ``noise``: the seed-to-seed range of test BLEU (the larger of the two models'), or
   None when it was not measured for this run;
 * ``steps``, ``preset``, ``sentences`` (test sentences);
-* ``choices``: per direction, ``n_avg`` and ``avg_sweep`` (rows of ``n``, ``steps``,
-  ``bleu``, ``ratio`` on val), ``alpha``, ``alpha_sweep`` (``alpha``, ``bleu``,
-  ``ratio`` on val), ``capped`` and ``alpha_cap``;
+* ``choices``: per direction, ``run`` (the folder whose snapshots it averages: the
+  cool-down run or its eq. 3 branch) and ``branch`` (whether the branch's),
+  ``candidates`` (per run: its ``n_avg`` and ``sweep``), ``n_avg`` and ``avg_sweep``
+  (rows of ``n``, ``steps``, ``bleu``, ``ratio`` on val) of the chosen run, ``alpha``,
+  ``alpha_sweep`` (``alpha``, ``bleu``, ``ratio`` on val), ``capped`` and
+  ``alpha_cap``;
 * ``averaging``: per schedule ("eq. 3 alone", "eq. 3, cool-down"): ``n``, ``one``
   and ``avg`` (test BLEU of the best snapshot and of the average, greedy), ``val_one``
   and ``val_avg`` (the same on val), ``steps`` (of the averaged snapshots), ``rates``
@@ -52,16 +55,24 @@ def within_noise(gain: float, noise: float | None) -> bool:
 
 
 def choices(finals: dict) -> list[str]:
-    """The sweeps on val behind each direction's final system."""
+    """The sweeps on val behind each direction's final system: per candidate run
+    (the cool-down run and its eq. 3 branch) the averages tried, then alpha."""
     out = []
     for direction, c in finals.items():
-        out.append(f"{direction} on val, greedy:")
-        for n, steps, bleu, _ in c["avg_sweep"]:
-            mark = "  <- chosen" if n == c["n_avg"] else ""
-            out.append(
-                f"  the average of the snapshots of steps {steps}: "
-                f"BLEU {bleu:5.2f}{mark}"
-            )
+        chosen_run = c.get("run")
+        candidates = c.get("candidates") or {chosen_run: {"n_avg": c["n_avg"]}}
+        for run, cand in candidates.items():
+            sweep = cand.get("sweep", c["avg_sweep"])
+            mine = run == chosen_run
+            out.append(f"{direction} on val, greedy{', ' + run if run else ''}:")
+            for n, steps, bleu, _ in sweep:
+                mark = ""
+                if n == cand["n_avg"]:
+                    mark = "  <- chosen" if mine else "  <- its best, not chosen"
+                out.append(
+                    f"  the average of the snapshots of steps {steps}: "
+                    f"BLEU {bleu:5.2f}{mark}"
+                )
         ratio = c["avg_sweep"][c["n_avg"] - 1][3]
         out.append(
             f"{direction} on val, the average of {c['n_avg']}: greedy length ratio "
@@ -359,6 +370,34 @@ def conclusion(summary, part3_bleu: float) -> list[str]:
             f"Another seed moves a trained model's test BLEU by up to "
             f"{summary['noise']:.2f}."
         )
+    return out
+
+
+PAPER_TABLE2 = [  # Vaswani et al. (2017), Table 2, BLEU on newstest2014
+    ("Transformer (base), EN-DE", 27.3),
+    ("Transformer (big), EN-DE", 28.4),
+    ("Transformer (base), EN-FR", 38.1),
+    ("Transformer (big), EN-FR", 41.8),
+]
+MULTI30K_PUBLISHED = [  # test_2016_flickr; the sources: "How our numbers compare"
+    ("Wu et al. 2021, text-only, EN-DE", 41.02),
+    ("OPUS-MT tc-big gmw-gmw, DE-EN", 39.9),
+    ("OPUS-MT tc-big gmw-gmw, EN-DE", 35.4),
+]
+
+
+def compare(summary) -> list[str]:
+    """The paper's Table 2, the published Multi30k figures, and this run's rows."""
+    out = ["the paper (Table 2, WMT 2014 newstest2014):"]
+    out += [f"  {name:<34} {value:5.1f}" for name, value in PAPER_TABLE2]
+    out.append("published on Multi30k test_2016 (other tokenisation and data):")
+    out += [f"  {name:<34} {value:5.1f}" for name, value in MULTI30K_PUBLISHED]
+    out.append(
+        f"this notebook (preset {summary['preset']}, Multi30k test_2016, sacreBLEU):"
+    )
+    for row in summary["rows"]:
+        score = "diverged" if row["diverged"] else f"{row['bleu']:5.2f}"
+        out.append(f"  {row['label']:<34} {score}  ({row['dir']})")
     return out
 
 

@@ -279,6 +279,8 @@ def load_snapshot(ckpt_dir, history: dict, step: int) -> dict:
     `history` this is wrote there: the same run id, step and validation loss (a
     file that lacks one, written by an older version, is not held to it). Anything
     else, such as another run's snapshot copied in under this name, is refused."""
+    if step is None:
+        raise ValueError("the run has not been evaluated yet: it has no snapshot")
     path = snapshot_path(ckpt_dir, step)
     state = checkpoints.check_format(checkpoints.load_checkpoint(path), str(path))
     if step not in history["steps"]:
@@ -295,6 +297,13 @@ def load_snapshot(ckpt_dir, history: dict, step: int) -> dict:
                 "put back this run's own, or train the run again (fresh)"
             )
     return state
+
+
+def last_snapshots(history: dict, n: int) -> list[int]:
+    """The steps of the n snapshots that end at the best one (checkpoint averaging's
+    "last checkpoints", for a run whose best point is known)."""
+    best = history["steps"].index(history["best_step"])
+    return history["steps"][max(0, best - n + 1) : best + 1]
 
 
 def kept_steps(history: dict, keep: int) -> set[int]:

@@ -320,22 +320,27 @@ def copy_args(ckpt_dir, settings=COPY, *extra, out=None) -> list[str]:
 
 
 def forbid(lib, monkeypatch, *names):
-    """Make each of the library's functions `names` fail the test when called:
-    ("run_epoch",) forbids training; add "prepare_data" and "copy_task_data" to
-    forbid reading the data too."""
+    """Make each of the library's functions `names` fail the test when called (a
+    dotted name is an attribute of a module the library imports, such as
+    "runner.run_epoch"): NO_TRAINING forbids training; add "prepare_data" and
+    "copy_task_data" to forbid reading the data too."""
 
     def fail(*args, **kwargs):
         pytest.fail(f"called one of {names} before the error")
 
     for name in names:
-        monkeypatch.setattr(lib, name, fail)
+        *path, attr = name.split(".")
+        owner = lib
+        for part in path:
+            owner = getattr(owner, part)
+        monkeypatch.setattr(owner, attr, fail)
 
 
 # A Multi30k run of the ci preset in two steps, for the command line.
 CLI_TINY = ["--preset", "ci", "--set", "n_train=100", "--set", "steps=2"]
 CLI_TINY += ["--set", "eval_every=2"]
-NO_TRAINING = ("run_epoch",)
-NO_DATA = ("run_epoch", "prepare_data", "copy_task_data")
+NO_TRAINING = ("runner.run_epoch",)  # the loop every run trains in
+NO_DATA = (*NO_TRAINING, "prepare_data", "copy_task_data")
 
 
 def run_program(argv, capsys) -> tuple[int, str, str]:

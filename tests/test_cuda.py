@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from atkit import runtime
-from atkit.launch import WORKER_CODE, launch_torchrun
+from atkit.launch import launch_torchrun, worker_code
 from conftest import lazy, quiet
 
 torch = lazy("torch")
@@ -82,7 +82,7 @@ def test_fast_step_never_waits_for_the_device(lib, precision):
     for b in batches:
         assert b.src.device == b.tgt_mask.device == b.label_count.device == cuda()
     # warm-up: first-call allocations, the optimizer's state, cuBLAS handles
-    lib.train_step(model, batches[0], loss_compute, opt, sched, precision=prec)
+    lib.runner.train_step(model, batches[0], loss_compute, opt, sched, precision=prec)
     torch.cuda.synchronize(cuda())
     losses = []
     torch.cuda.set_sync_debug_mode("error")
@@ -90,7 +90,9 @@ def test_fast_step_never_waits_for_the_device(lib, precision):
         with pytest.raises(RuntimeError, match="synchroniz"):
             torch.ones(2, device=cuda()).sum().item()  # the mode is live
         for b in batches[1:4]:
-            loss = lib.train_step(model, b, loss_compute, opt, sched, precision=prec)
+            loss = lib.runner.train_step(
+                model, b, loss_compute, opt, sched, precision=prec
+            )
             losses.append(loss)
     finally:
         torch.cuda.set_sync_debug_mode("default")
@@ -131,8 +133,10 @@ def test_autocast_runs_the_matrix_products_in_the_chosen_precision(lib, precisio
     assert ref_prec.dtype is None
     for (name, a), b in zip(weights(model).items(), weights(ref).values(), strict=True):
         assert torch.equal(a, b), f"not the same initial weights: {name}"
-    got = lib.train_step(model, batch, loss_compute, opt, sched, precision=prec)
-    want = lib.train_step(ref, batch, ref_loss, ref_opt, ref_sched, precision=ref_prec)
+    got = lib.runner.train_step(model, batch, loss_compute, opt, sched, precision=prec)
+    want = lib.runner.train_step(
+        ref, batch, ref_loss, ref_opt, ref_sched, precision=ref_prec
+    )
     assert got.dtype == torch.float32 and torch.isfinite(got)
     torch.testing.assert_close(got, want, rtol=3e-2, atol=0)
 
@@ -154,11 +158,11 @@ def test_grad_scaler_skips_an_overflowing_step_and_halves_its_scale(lib):
         return total, loss * 1e30  # finite in float32; its float16 gradients are not
 
     before = weights(model)
-    lib.train_step(model, batch, blown_up, opt, sched, precision=prec)
+    lib.runner.train_step(model, batch, blown_up, opt, sched, precision=prec)
     assert scaler.get_scale() == start * scaler.get_backoff_factor() == start / 2
     for name, w in weights(model).items():
         assert torch.equal(w, before[name]), f"a skipped step changed {name}"
-    lib.train_step(model, batch, loss_compute, opt, sched, precision=prec)
+    lib.runner.train_step(model, batch, loss_compute, opt, sched, precision=prec)
     assert scaler.get_scale() == start / 2, "the normal step overflowed too"
     after = weights(model)
     assert any(not torch.equal(after[n], before[n]) for n in before), "nothing moved"
@@ -228,7 +232,9 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
             assert err <= 0.05 * g.norm() + 1e-3 * scale, (name, err, g.norm())
 
         for b in order[1:]:  # the compiled step over the rest of the epoch
-            loss = lib.train_step(net, b, loss_compute, opt, sched, precision=prec)
+            loss = lib.runner.train_step(
+                net, b, loss_compute, opt, sched, precision=prec
+            )
         assert torch.isfinite(loss)
         assert counter.frame_count == 1, (counter.frame_count, shapes)
     finally:
@@ -318,7 +324,7 @@ def test_one_process_nccl_run(lib, tmp_path):
     rc, output = launch_torchrun(
         args,
         nproc=1,
-        code=PRINT_BACKEND + WORKER_CODE,
+        code=PRINT_BACKEND + worker_code("tools.train"),
         timeout_s=300,
         env={"OMP_NUM_THREADS": "1"},
         check=False,
@@ -355,7 +361,7 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
     mine = torch.cuda.get_rng_state(cuda())
     assert torch.is_tensor(rng["cuda"]) and rng["cuda"].shape == mine.shape
     shutil.copytree(cut, tmp_path / "cpu-only")
-    lib.start_run(cfg, data, cut, cuda())  # builds the run and restores its state
+    lib.runner.start_run(cfg, data, cut, cuda(), lib.TRAINING)  # builds and restores
     assert torch.equal(torch.cuda.get_rng_state(cuda()), rng["cuda"])
 
     resumed, _ = lib.train(cfg, data, cut, cuda(), log=quiet)

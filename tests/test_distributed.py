@@ -22,6 +22,7 @@ from conftest import COPY, copy_args, copy_cfg, lazy, needs, quiet
 from tools import train as cli
 
 torch = lazy("torch")
+parallel = lazy("atkit.parallel")
 
 SETTINGS = [
     "n_train=240",
@@ -68,7 +69,8 @@ LOCAL_NORM = "import nbexport\nm = nbexport.load()\nm.DataParallel.norm = None\n
 FAULT = (
     "import os, time, nbexport\n"
     "m = nbexport.load()\n"
-    "step, original = [0], m.train_step\n"
+    "import atkit.runner as r\n"
+    "step, original = [0], r.train_step\n"
     "def faulty(*a, **k):\n"
     "    out = original(*a, **k)\n"
     "    step[0] += 1\n"
@@ -78,12 +80,12 @@ FAULT = (
     "        if '{mode}' == 'exit': os._exit(3)\n"
     "        while True: time.sleep(1)\n"
     "    return out\n"
-    "m.train_step = faulty\n"
+    "r.train_step = faulty\n"
 )
 
 
 def launch(lib, args, prelude="", nproc=2, timeout_s=180):
-    code = prelude + launcher.WORKER_CODE
+    code = prelude + launcher.worker_code("tools.train")
     start = time.monotonic()
     rc, out = launcher.launch_torchrun(
         args,
@@ -132,7 +134,9 @@ def reference_run(lib, tmp_path, world, steps, optimizer="adam"):
     the epoch's order: the global batch that the `world` ranks share."""
     cfg = lib.run_config("ci", **dict(cli.parse_setting(s) for s in SETTINGS))
     data = lib.copy_task_data(cfg)
-    run = lib.start_run(cfg, data, lib.checkpoints.prepare_ckpt_dir(tmp_path), "cpu")
+    run = lib.runner.start_run(
+        cfg, data, lib.checkpoints.prepare_ckpt_dir(tmp_path), "cpu", lib.TRAINING
+    )
     model = run.model
     if optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -148,7 +152,7 @@ def reference_run(lib, tmp_path, world, steps, optimizer="adam"):
         group = [batches[j] for j in order[k * world : (k + 1) * world]]
         ntokens.append([b.ntokens for b in group])
         lrs.append(opt.param_groups[0]["lr"])
-        lib.train_step(model, group, run.loss_compute, opt, sched)
+        lib.runner.train_step(model, group, run.loss_compute, opt, sched)
     return init, model.state_dict(), ntokens, lrs
 
 
@@ -266,7 +270,11 @@ def test_a_hanging_worker_is_cut_off_by_the_collective_timeout(lib, tmp_path):
 def test_launcher_raises_with_the_output_tail(lib):
     with pytest.raises(RuntimeError, match="exited with code"):
         launcher.launch_torchrun(
-            ["--task", "nonsense"], nproc=1, timeout_s=60, echo=False
+            ["--task", "nonsense"],
+            launcher.worker_code("tools.train"),
+            nproc=1,
+            timeout_s=60,
+            echo=False,
         )
 
 
@@ -316,7 +324,8 @@ DDP.update(steps=12, eval_every=4, warmup=100, factor=1.0, P_drop=0.1, keep=3)
 BATCH_LOG = (
     "import hashlib, os, nbexport\n"
     "m = nbexport.load()\n"
-    "original = m.train_step\n"
+    "import atkit.runner as r\n"
+    "original = r.train_step\n"
     "def logged(model, batch, *a, **k):\n"
     "    micro = list(batch) if isinstance(batch, (list, tuple)) else [batch]\n"
     "    path = os.environ['BATCH_LOG'] + '.' + os.environ.get('RANK', '0')\n"
@@ -324,7 +333,7 @@ BATCH_LOG = (
     "        for b in micro:\n"
     "            f.write(hashlib.sha1(b.src.numpy().tobytes()).hexdigest() + '\\n')\n"
     "    return original(model, batch, *a, **k)\n"
-    "m.train_step = logged\n"
+    "r.train_step = logged\n"
 )
 
 
@@ -336,7 +345,7 @@ def torchrun(folder, log, *extra, nproc=2):
     rc, out = launcher.launch_torchrun(
         copy_args(folder, DDP, *extra),
         nproc=nproc,
-        code=BATCH_LOG + launcher.WORKER_CODE,
+        code=BATCH_LOG + launcher.worker_code("tools.train"),
         timeout_s=240,
         check=False,
         echo=False,
@@ -442,13 +451,13 @@ def test_a_resume_with_one_process_trains_the_rest_of_the_epoch_once(
     ranks_part = logged(ddp / "mid.log")
     assert len(ranks_part) == 6
 
-    one_process, original = [], lib.train_step
+    one_process, original = [], lib.runner.train_step
 
     def log_batches(model, batch, *args, **kwargs):
         one_process.extend(batch_digest(b) for b in batch)
         return original(model, batch, *args, **kwargs)
 
-    monkeypatch.setattr(lib, "train_step", log_batches)
+    monkeypatch.setattr(lib.runner, "train_step", log_batches)
     assert cli.train_cli([*copy_args(folder, DDP), "--max-steps", "11"]) == 0
     assert "resuming with 1 process(es) a run saved by 2" in capsys.readouterr().out
     assert len(one_process) == 8
@@ -513,14 +522,14 @@ def test_global_batch_steps_of_one_rank_are_the_runs_own_steps(
 ):
     """One process stepping on global batches of W=1 takes Part 3's steps (the
     same losses as `train`); with W=2 each step takes two batches."""
-    monkeypatch.chdir(tmp_path)  # it writes build/global-batch here
     cfg = copy_cfg(lib, **FOUR)
     data = lib.copy_task_data(cfg)
     _, history = lib.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
-    model, losses = lib.global_batch_steps(cfg, data, 1, 4)
+    one = tmp_path / "one"
+    model, losses = parallel.global_batch_steps(cfg, data, 1, 4, lib.TRAINING, one)
     assert losses == pytest.approx(history["train_loss"], rel=1e-6)
-    assert (tmp_path / "build" / "global-batch").is_dir()
-    _, two = lib.global_batch_steps(cfg, data, 2, 2)
+    assert one.is_dir()
+    _, two = parallel.global_batch_steps(cfg, data, 2, 2, lib.TRAINING, one)
     assert len(two) == 2 and all(0 < x < 10 for x in two)
 
 
@@ -528,7 +537,7 @@ def test_plot_two_runs_says_how_far_apart_the_curves_are(lib, monkeypatch, capsy
     shown = []
     monkeypatch.setattr(lib.plt, "show", lambda: shown.append(lib.plt.gcf()))
     try:
-        lib.plot_two_runs([2.0, 1.5, 1.25], [2.0, 1.5, 1.2500003])
+        parallel.plot_two_runs([2.0, 1.5, 1.25], [2.0, 1.5, 1.2500003])
         (fig,) = shown
         left, right = fig.axes
         assert left.get_title() == "2 processes (DDP)"
@@ -546,27 +555,31 @@ def test_two_processes_against_one_launches_the_copy_task_and_steps_alike(
 ):
     """The launch itself (torchrun) is the process tier's; here the launcher is
     replaced by the training program run in this process, and the function's
-    command line and its single-process reference are checked."""
+    command line, the worker it names and its single-process reference are
+    checked."""
     launched = []
 
-    def launch(args, nproc, timeout_s, echo):
-        launched.append((args, nproc))
+    def launch(args, code, nproc, timeout_s, echo):
+        launched.append((args, code, nproc))
         assert cli.main([str(a) for a in args]) == 0
 
     monkeypatch.setattr(launcher, "launch_torchrun", launch)
-    monkeypatch.chdir(tmp_path)
     ci = lib.PRESETS["ci"]  # its copy task made small, for the program and the check
     small = ci.run.updated(**{k: v for k, v in COPY.items() if k != "steps"})
     monkeypatch.setitem(lib.PRESETS, "ci", dataclasses.replace(ci, run=small))
-    two, one = lib.two_processes_against_one(tmp_path / "two", steps=3)
-    ((args, nproc),) = launched
-    assert nproc == 2 and "--fresh" in args
+    cfg = lib.run_config("ci", steps=3, eval_every=1, resume_every=3, P_drop=0.0)
+    data, worker = lib.copy_task_data(cfg), launcher.worker_code("tools.train")
+    two, one = parallel.two_processes_against_one(
+        tmp_path / "two", cfg, data, lib.TRAINING, worker
+    )
+    ((args, code, nproc),) = launched
+    assert nproc == 2 and "--fresh" in args and code == worker
     sets = [v for k, v in zip(args, args[1:], strict=False) if k == "--set"]
     assert sets == ["steps=3", "eval_every=1", "resume_every=3", "P_drop=0.0"]
     saved = lib.checkpoints.load_checkpoint(tmp_path / "two" / "last.pt")
     assert two == saved["history"]["train_loss"] and len(two) == 3
-    cfg = lib.run_config("ci", steps=3, eval_every=1, resume_every=3, P_drop=0.0)
-    assert one == lib.global_batch_steps(cfg, lib.copy_task_data(cfg), 2, 3)[1]
+    ref = parallel.global_batch_steps(cfg, data, 2, 3, lib.TRAINING, tmp_path / "r")
+    assert one == ref[1]
 
 
 # ------------------------------------------------------- the launcher's own work
@@ -575,8 +588,9 @@ def test_two_processes_against_one_launches_the_copy_task_and_steps_alike(
 def test_the_torchrun_command_line(lib):
     py = sys.executable
     head = [py, "-m", "torch.distributed.run"]
-    worker = ["--no-python", py, "-c", launcher.WORKER_CODE]
-    assert launcher.torchrun_command(["--steps", 3], nproc=3) == [
+    code = launcher.worker_code("tools.train")
+    worker = ["--no-python", py, "-c", code]
+    assert launcher.torchrun_command(["--steps", 3], code, nproc=3) == [
         *head,
         "--standalone",
         "--nproc_per_node=3",
@@ -632,12 +646,12 @@ def test_launch_torchrun_streams_raises_and_stops(lib, monkeypatch, capsys, tmp_
     monkeypatch.setattr(
         launcher,
         "torchrun_command",
-        lambda cli_args, nproc, code, **rdzv: (
+        lambda cli_args, code, nproc, **rdzv: (
             [sys.executable, "-c", STAND_IN] + [str(a) for a in cli_args]
         ),
     )
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    rc, out = launcher.launch_torchrun(["0", "step 1", "step 2"], nproc=2)
+    rc, out = launcher.launch_torchrun(["0", "step 1", "step 2"], "", nproc=2)
     cores = max(1, (os.cpu_count() or 1) // 2)
     assert rc == 0
     assert out.splitlines() == [
@@ -647,22 +661,22 @@ def test_launch_torchrun_streams_raises_and_stops(lib, monkeypatch, capsys, tmp_
         "step 2",
     ]
     assert capsys.readouterr().out == out, "echoed as it came"
-    rc, out = launcher.launch_torchrun(["3", "boom"], check=False, echo=False)
+    rc, out = launcher.launch_torchrun(["3", "boom"], "", check=False, echo=False)
     assert rc == 3 and out.endswith("boom\n")
     assert capsys.readouterr().out == ""
     with pytest.raises(RuntimeError, match=r"exited with code 3:\n(.*\n)*boom"):
-        launcher.launch_torchrun(["3", "boom"], env={"OMP_NUM_THREADS": "7"})
+        launcher.launch_torchrun(["3", "boom"], "", env={"OMP_NUM_THREADS": "7"})
     pid_file = tmp_path / "pid"
     with pytest.raises(TimeoutError, match="did not finish within 0.2 s"):
         launcher.launch_torchrun(
-            ["sleep"], timeout_s=0.2, echo=False, env={"PID_FILE": str(pid_file)}
+            ["sleep"], "", timeout_s=0.2, echo=False, env={"PID_FILE": str(pid_file)}
         )
     if pid_file.exists():  # else it was stopped before it began to sleep
         pid, worker = map(int, pid_file.read_text().split())
         assert not Path(f"/proc/{pid}").exists(), "stopped and reaped"
         assert stopped(worker), "the whole process group is stopped"
     with pytest.raises(ValueError, match="nproc"):
-        launcher.launch_torchrun([], nproc=0)
+        launcher.launch_torchrun([], "", nproc=0)
 
 
 def test_a_worker_exits_with_its_status_after_flushing(monkeypatch):

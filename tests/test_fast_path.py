@@ -110,12 +110,36 @@ def test_accumulated_micro_batches_equal_one_big_batch(lib):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         loss_compute = lib.FastLossCompute(model.generator, 0, 0.1)
-        total = lib.train_step(model, batches, loss_compute, opt, sched)
+        total = lib.runner.train_step(model, batches, loss_compute, opt, sched)
         states.append((total, model.state_dict()))
     (t_a, s_a), (t_b, s_b) = states
     torch.testing.assert_close(t_b, t_a, rtol=1e-5, atol=1e-5)
     moved = max((s_a[k] - v).abs().max() for k, v in s_b.items())
     assert moved < 1e-5, f"accumulated step differs by {moved}"
+
+
+def test_the_runners_step_and_loop_are_part_2s_on_one_batch(lib):
+    """atkit.runner's step (micro-batches, precision, no_sync) and its loop (a
+    validation mode, checks on the loss) grow Part 2's: on plain batches in float32
+    they take exactly the same steps and return the same sums."""
+    torch.manual_seed(0)
+    V = 25
+    a = lib.make_model(V, V, "tiny", N=1, d_model=16, d_ff=32, h=2, P_drop=0.1)
+    b = copy.deepcopy(a)
+    batches = [padded_batch(lib, V, [7, 3, 5], seed=s) for s in range(3)]
+    results = []
+    for model, run_epoch in ((a, lib.run_epoch), (b, lib.runner.run_epoch)):
+        torch.manual_seed(1)  # the same dropout masks
+        opt, sched = lib.make_optimizer(model, 16, warmup=2)
+        loss_compute = lib.SimpleLossCompute(
+            model.generator, lib.LabelSmoothing(V, 0, 0.1)
+        )
+        total, ntokens, steps = run_epoch(batches, model, loss_compute, opt, sched)
+        results.append((total, ntokens, steps, model.state_dict()))
+    (t_a, n_a, k_a, s_a), (t_b, n_b, k_b, s_b) = results
+    assert (n_a, k_a) == (n_b, k_b) == (sum(x.ntokens for x in batches), 3)
+    assert t_a == t_b
+    assert all(torch.equal(s_a[k], s_b[k]) for k in s_a)
 
 
 def test_precision_by_capability(lib, monkeypatch):
@@ -256,7 +280,7 @@ def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
     lib.train(cfg, data, tmp_path / "cut", "cpu", max_steps=4, log=lambda *a: None)
     state = lib.checkpoints.load_checkpoint(tmp_path / "cut" / "last.pt")
     assert state["scaler"]["scale"] == 2.0**12  # grown twice in 4 steps
-    run = lib.start_run(cfg, data, tmp_path / "cut", "cpu")
+    run = lib.runner.start_run(cfg, data, tmp_path / "cut", "cpu", lib.TRAINING)
     assert run.precision.scaler.get_scale() == 2.0**12
     resumed, _ = lib.train(cfg, data, tmp_path / "cut", "cpu", log=lambda *a: None)
     for (name, a), b in zip(
@@ -280,7 +304,9 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
         loss_compute = lib.FastLossCompute(m.generator, 0, 0.1)
         precision = lib.Precision(dtype, "cpu")
         losses.append(
-            lib.train_step(m, [batch], loss_compute, opt, sched, precision=precision)
+            lib.runner.train_step(
+                m, [batch], loss_compute, opt, sched, precision=precision
+            )
         )
     assert losses[1].dtype == torch.float32, "the loss is reduced in float32"
     assert torch.isfinite(losses[1])
@@ -427,10 +453,10 @@ def test_fast_train_step_never_waits_for_the_device(lib, monkeypatch):
     a step that a GPU could run without the host stopping to wait."""
     model, loss_compute, opt, sched = fast_setup(lib)
     batches = [padded_batch(lib, 25, [7, 5, 3], seed=s) for s in range(3)]
-    lib.train_step(model, batches[0], loss_compute, opt, sched)  # warm-up
+    lib.runner.train_step(model, batches[0], loss_compute, opt, sched)  # warm-up
     counter = SyncCounter(monkeypatch)
     for b in batches:
-        loss = lib.train_step(model, b, loss_compute, opt, sched)
+        loss = lib.runner.train_step(model, b, loss_compute, opt, sched)
     assert counter.calls == [], counter.calls
     assert isinstance(loss, torch.Tensor) and not loss.requires_grad
 
@@ -439,7 +465,7 @@ def test_run_epoch_syncs_once_per_logging_interval(lib, monkeypatch):
     model, loss_compute, opt, sched = fast_setup(lib)
     batches = [padded_batch(lib, 25, [6, 4], seed=s) for s in range(12)]
     counter = SyncCounter(monkeypatch)
-    total, ntokens, steps = lib.run_epoch(
+    total, ntokens, steps = lib.runner.run_epoch(
         batches, model, loss_compute, opt, sched, log_every=4
     )
     assert steps == 12 and ntokens == sum(b.ntokens for b in batches)

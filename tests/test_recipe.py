@@ -14,6 +14,7 @@ from atkit import report, seeds
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
+table = lazy("atkit.table")
 
 STEPS = dict(steps=40, eval_every=10, keep=3)  # the ci preset, shorter
 
@@ -33,15 +34,18 @@ def recipe_with_a_nan(lib, tmp_path_factory):
     en_de_cfg = bpe_cfg.updated(src_lang="en")
     en_de = lib.prepare_data(en_de_cfg)
     recipe = lib.PRESETS["ci"].recipe
-    runs = lib.recipe_runs(bpe_cfg, bpe_data, en_de_cfg, en_de, recipe)
+    runs = table.recipe_runs(bpe_cfg, bpe_data, en_de_cfg, en_de, recipe)
     c, d = runs["part4-bpe-all-post-same"]
     runs["part4-bpe-all-post-same"] = (c.updated(factor=1e15), d)
     said = []
-    trained = {"part3": lib.Trained(cfg, data, history)}
-    trained |= lib.train_recipe(runs, root, "cpu", log=said.append)
-    finals = lib.final_systems(trained, recipe, root, "cpu")
-    summary = lib.score_table(trained, finals, recipe, 0.5, root, "cpu", "ci")
-    summary["averaging"] = lib.averaging_analysis(trained, finals, recipe, root, "cpu")
+    nb = lib.NOTEBOOK
+    trained = {"part3": table.Trained(cfg, data, history)}
+    trained |= table.train_recipe(runs, root, "cpu", nb, recipe, log=said.append)
+    finals = table.final_systems(trained, recipe, root, "cpu", nb)
+    summary = table.score_table(trained, finals, recipe, 0.5, root, "cpu", "ci", nb)
+    summary["averaging"] = table.averaging_analysis(
+        trained, finals, recipe, root, "cpu", nb
+    )
     return trained, summary, said
 
 
@@ -139,13 +143,14 @@ def test_recipe_runs_change_one_setting_each(lib):
     cfg = lib.run_config("ci", **COPY4)
     en_de = cfg.updated(seed=5)
     own = lib.RecipeConfig(post_schedule=True, post_factor=0.5, post_warmup=7)
-    runs = lib.recipe_runs(cfg, "bpe data", en_de, "en-de data", own)
+    runs = table.recipe_runs(cfg, "bpe data", en_de, "en-de data", own)
     assert list(runs) == [
         "part4-bpe-all",
         "part4-bpe-all-eq3",
         "part4-bpe-all-post-same",
         "part4-bpe-all-post",
         "part4-bpe-all-en-de",
+        "part4-bpe-all-en-de-eq3",
     ]
     assert runs["part4-bpe-all"] == (cfg, "bpe data")
     assert runs["part4-bpe-all-eq3"] == (cfg.updated(cooldown=0.0), "bpe data")
@@ -153,8 +158,10 @@ def test_recipe_runs_change_one_setting_each(lib):
     post = cfg.updated(norm="post", factor=cfg.factor * 0.5, warmup=7)
     assert runs["part4-bpe-all-post"] == (post, "bpe data")
     assert runs["part4-bpe-all-en-de"] == (en_de, "en-de data")
+    eq3_en_de = (en_de.updated(cooldown=0.0), "en-de data")
+    assert runs["part4-bpe-all-en-de-eq3"] == eq3_en_de
     without = lib.RecipeConfig(post_schedule=False)
-    assert "part4-bpe-all-post" not in lib.recipe_runs(cfg, 0, en_de, 1, without)
+    assert "part4-bpe-all-post" not in table.recipe_runs(cfg, 0, en_de, 1, without)
 
 
 def test_choose_alpha_searches_upwards_until_a_larger_alpha_scores_worse(
@@ -171,16 +178,17 @@ def test_choose_alpha_searches_upwards_until_a_larger_alpha_scores_worse(
         asked.append((search.keywords["beam_size"], alpha))
         return {"bleu": 30 - (alpha - 1.4) ** 2, "ratio": alpha / 10}
 
-    monkeypatch.setattr(lib, "bleu", bleu)
+    nb = dataclasses.replace(lib.NOTEBOOK, bleu=bleu)
+    run = table.Trained(types.SimpleNamespace(decode_tokens=99), "d")
     recipe = lib.RecipeConfig(beam_size=3, alphas=(0.0, 0.6), alpha_step=0.4)
-    best, sweep, capped = lib.choose_alpha("m", "d", recipe, 99)
+    best, sweep, capped = table.choose_alpha("m", run, recipe, nb)
     assert asked == [(3, 0.0), (3, 0.6), (3, 1.0), (3, 1.4), (3, 1.8)]
     assert best == 1.4 and not capped
     assert [row[0] for row in sweep] == [0.0, 0.6, 1.0, 1.4, 1.8]
     assert sweep[3] == (1.4, 30.0, pytest.approx(0.14))
     asked.clear()
     capped_recipe = lib.RecipeConfig(alphas=(0.0, 0.6), alpha_step=0.4, alpha_cap=1.0)
-    best, sweep, capped = lib.choose_alpha("m", "d", capped_recipe, 99)
+    best, sweep, capped = table.choose_alpha("m", run, capped_recipe, nb)
     assert [a for _, a in asked] == [0.0, 0.6, 1.0] and best == 1.0 and capped
 
 
@@ -199,8 +207,14 @@ def copy_table(lib, tmp_path_factory):
         "part4-bpe-all-en-de": (cfg.updated(seed=1, factor=1e15), data),
     }
     said = []
-    part3 = lib.train_or_report(cfg.updated(seed=2), data, root / "part3", "cpu", quiet)
-    trained = {"part3": part3, **lib.train_recipe(runs, root, "cpu", log=said.append)}
+    nb, recipe = lib.NOTEBOOK, lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    part3 = table.train_or_report(
+        cfg.updated(seed=2), data, root / "part3", "cpu", nb, quiet
+    )
+    trained = {
+        "part3": part3,
+        **table.train_recipe(runs, root, "cpu", nb, recipe, log=said.append),
+    }
     return types.SimpleNamespace(
         root=root, cfg=cfg, data=data, trained=trained, said=said
     )
@@ -219,7 +233,9 @@ def test_train_recipe_branches_eq3_at_the_cooldown_and_reports_a_divergence(
         "part4-bpe-all-en-de",
     ]
     said = [s for s in copy_table.said if isinstance(s, str)]
-    assert "part4-bpe-all-eq3: branched from part4-bpe-all at step 2" in said
+    at = said.index("part4-bpe-all-eq3: branched from part4-bpe-all at step 2")
+    # the full recipe's own steps after the branch are logged under its own name
+    assert said[at + 1] == "part4-bpe-all, after step 2:"
     full, alone = t["part4-bpe-all"], t["part4-bpe-all-eq3"]
     assert full.diverged is None and alone.diverged is None
     assert full.history["steps"] == alone.history["steps"] == [2, 4]
@@ -241,7 +257,8 @@ def test_train_recipe_branches_eq3_at_the_cooldown_and_reports_a_divergence(
     # trained again, every run is loaded as it is: nothing branches or trains
     again = []
     runs = {name: (t[name].cfg, t[name].data) for name in list(t)[1:3]}
-    lib.train_recipe(runs, root, "cpu", log=again.append)
+    recipe = lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    table.train_recipe(runs, root, "cpu", lib.NOTEBOOK, recipe, log=again.append)
     assert not any("branched" in str(s) for s in again)
 
 
@@ -252,7 +269,10 @@ def test_choose_n_avg_keeps_the_best_val_score_of_the_snapshots_kept(
     folder, h = copy_table.root / "part4-bpe-all", t.history
     best = h["steps"].index(h["best_step"])
     for n in (1, 2, 5):
-        assert lib.last_snapshots(h, n) == h["steps"][max(0, best - n + 1) : best + 1]
+        assert (
+            lib.resume.last_snapshots(h, n)
+            == h["steps"][max(0, best - n + 1) : best + 1]
+        )
     scores = iter([30.0, 31.5, 31.5, 29.0])
     averaged = []
 
@@ -261,12 +281,12 @@ def test_choose_n_avg_keeps_the_best_val_score_of_the_snapshots_kept(
         averaged.append(model)
         return {"bleu": next(scores), "ratio": 1.0}
 
-    monkeypatch.setattr(lib, "bleu", bleu)
-    n, sweep = lib.choose_n_avg(folder, h, t.data, 9, "cpu", 50)
+    nb = dataclasses.replace(lib.NOTEBOOK, bleu=bleu)
+    n, sweep = table.choose_n_avg(folder, t, 9, "cpu", nb)
     assert len(sweep) == best + 1, "no more snapshots than end at the best one"
     assert n == min(2, best + 1) or best == 0
     for (k, steps, _, _), model in zip(sweep, averaged, strict=True):
-        assert steps == lib.last_snapshots(h, k)
+        assert steps == lib.resume.last_snapshots(h, k)
         paths = [folder / f"step{s:06d}.pt" for s in steps]
         expected = lib.average_checkpoints(paths)
         assert not model.training
@@ -274,7 +294,7 @@ def test_choose_n_avg_keeps_the_best_val_score_of_the_snapshots_kept(
             assert torch.equal(value, expected[name]), (k, name)
     # a snapshot that was not kept is named
     shutil.copytree(folder, tmp_path / "run", ignore=shutil.ignore_patterns(".lock"))
-    gone = lib.last_snapshots(h, 2)[0]
+    gone = lib.resume.last_snapshots(h, 2)[0]
     (tmp_path / "run" / f"step{gone:06d}.pt").unlink()
     with pytest.raises(FileNotFoundError, match=f"step{gone:06d}.pt.*smaller than"):
         lib.averaged_model(tmp_path / "run", h, "cpu", 2)
@@ -289,27 +309,51 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
 ):
     t, root, data = copy_table.trained, copy_table.root, copy_table.data
     recipe = lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
-    finals = lib.final_systems(t, recipe, root, "cpu")
+    full, alone = "part4-bpe-all", "part4-bpe-all-eq3"
+
+    @functools.cache
+    def avg(name, k):
+        return fingerprint(lib.averaged_model(root / name, t[name].history, "cpu", k))
+
+    def sizes(name):
+        h = t[name].history
+        return range(1, min(2, h["steps"].index(h["best_step"]) + 1) + 1)
+
+    # on val each model is scored by its weights (the untrained runs' BLEU says
+    # little), so that the choice between the runs is known here
+    real = lib.bleu
+
+    def val_by_weights(model, data_, split, search, decode_tokens):
+        if split == "val":
+            return {"bleu": fingerprint(model), "ratio": 1.0}
+        return real(model, data_, split, search, decode_tokens)
+
+    on_val = dataclasses.replace(lib.NOTEBOOK, bleu=val_by_weights)
+    finals = table.final_systems(t, recipe, root, "cpu", on_val)
     assert set(finals) == {"de-en"}, "none for the direction whose run diverged"
-    for direction, name in list(lib.DIRECTIONS.items())[:1]:
-        f, h = finals[direction], t[name].history
-        assert f["n_avg"] == max(f["avg_sweep"], key=lambda r: r[2])[0]
-        assert [r[1] for r in f["avg_sweep"]] == [
-            lib.last_snapshots(h, k) for k in range(1, len(f["avg_sweep"]) + 1)
-        ]
-        avg = lib.averaged_model(root / name, h, "cpu", f["n_avg"])
-        assert fingerprint(f["weights"]) == fingerprint(avg)
-        assert (f["alpha"], f["capped"], f["alpha_cap"]) == (0.0, True, 0.0)
-        assert lib.search_name(f["search"]) == "beam(beam_size=2, alpha=0.0)"
-    scored, real = [], lib.bleu
+    f = finals["de-en"]
+    n_of = {
+        name: max(sizes(name), key=lambda k: avg(name, k)) for name in (full, alone)
+    }
+    want = max((full, alone), key=lambda name: avg(name, n_of[name]))
+    assert (f["run"], f["branch"], f["n_avg"]) == (want, want == alone, n_of[want])
+    assert set(f["candidates"]) == {full, alone}
+    h = t[want].history
+    assert [r[1] for r in f["avg_sweep"]] == [
+        lib.resume.last_snapshots(h, k) for k in range(1, len(f["avg_sweep"]) + 1)
+    ]
+    assert fingerprint(f["weights"]) == avg(want, f["n_avg"])
+    assert (f["alpha"], f["capped"], f["alpha_cap"]) == (0.0, True, 0.0)
+    assert lib.search_name(f["search"]) == "beam(beam_size=2, alpha=0.0)"
+    scored = []
 
     def spy(model, data_, split, search, decode_tokens):
         r = real(model, data_, split, search, decode_tokens)
         scored.append((fingerprint(model), split, lib.search_name(search), r["bleu"]))
         return r
 
-    monkeypatch.setattr(lib, "bleu", spy)
-    summary = lib.score_table(t, finals, recipe, 0.5, root, "cpu", "ci")
+    nb = dataclasses.replace(lib.NOTEBOOK, bleu=spy)
+    summary = table.score_table(t, finals, recipe, 0.5, root, "cpu", "ci", nb)
     rows = summary["rows"]
     assert [r["key"] for r in rows] == [
         "words",
@@ -318,7 +362,9 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     ]
     assert [r["no"] for r in rows] == list(range(1, 9))
     assert [r["vs"] for r in rows] == [None, 1, 2, 3, 2, None, 6, 7]
-    assert [r["trained"] for r in rows] == [False, True, False, False, True] + [
+    # the averaged row is another trained run than row 2 when it took the branch's
+    branched = want == alone
+    assert [r["trained"] for r in rows] == [False, True, branched, False, True] + [
         False
     ] * 3
     post = rows[4]
@@ -328,10 +374,7 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     en_de = "part4-bpe-all-en-de"
     for row in rows[5:]:
         assert row["diverged"] == t[en_de].diverged and row["bleu"] is None
-    assert [r["label"] for r in rows[6:]] == [
-        "+ averaging (none beat best)",  # no final system to name
-        "+ beam 2, alpha ?",
-    ]
+    assert [r["label"] for r in rows[6:]] == ["+ averaging", "+ beam 2, alpha ?"]
 
     def best(name):
         return fingerprint(lib.best_model(root / name, t[name].history, "cpu"))
@@ -340,15 +383,18 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     expected = [  # (weights, search) of each row scored, in order
         (best("part3"), "greedy"),
         (best("part4-bpe-all"), "greedy"),
-        (fingerprint(finals["de-en"]["weights"]), "greedy"),
-        (fingerprint(finals["de-en"]["weights"]), beam),
+        (fingerprint(f["weights"]), "greedy"),
+        (fingerprint(f["weights"]), beam),
     ]
     assert [(w, s) for w, _, s, _ in scored] == expected
     assert {split for _, split, _, _ in scored} == {"test_2016_flickr"}
     assert [r["bleu"] for r in rows if not r["diverged"]] == [b for *_, b in scored]
     assert summary["choices"]["de-en"].keys() == {
+        "run",
+        "branch",
         "n_avg",
         "avg_sweep",
+        "candidates",
         "alpha",
         "alpha_sweep",
         "capped",
@@ -356,38 +402,29 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     }
     assert (summary["steps"], summary["sentences"], summary["noise"]) == (4, 6, 0.5)
 
-    # eq. 3 alone against the cool-down. The untrained runs' BLEU says little, so
-    # each model is scored here by its fingerprint (no decoding): each score names
-    # its weights.
-    # The cool-down's run averages 2 snapshots, as its final system chose (made up).
+    # eq. 3 alone against the cool-down, every model scored by its weights. The
+    # cool-down's run averages 2 snapshots, as if its sweep had chosen so (made up).
     def by_weights(model, data_, split, search, decode_tokens):
         assert search is lib.greedy_decode and data_ is data
         return {"bleu": fingerprint(model), "ratio": 1.0}
 
-    monkeypatch.setattr(lib, "bleu", by_weights)
-    full, alone = "part4-bpe-all", "part4-bpe-all-eq3"
-    steps = [lib.last_snapshots(t[full].history, k) for k in (1, 2)]
+    nb = dataclasses.replace(lib.NOTEBOOK, bleu=by_weights)
+    steps = [lib.resume.last_snapshots(t[full].history, k) for k in (1, 2)]
     made_up = [(1, steps[0], 10.0, 1.0), (2, steps[1], 11.0, 1.0)]
-    chosen = {"de-en": {**finals["de-en"], "n_avg": 2, "avg_sweep": made_up}}
-    a = lib.averaging_analysis(t, chosen, recipe, root, "cpu")
+    candidates = {**f["candidates"], full: {"n_avg": 2, "sweep": made_up}}
+    chosen = {"de-en": {**f, "candidates": candidates}}
+    a = table.averaging_analysis(t, chosen, recipe, root, "cpu", nb)
     assert a["shared"] == lib.cooldown_start(copy_table.cfg) == 2
-
-    @functools.cache
-    def avg(name, k):
-        return fingerprint(lib.averaged_model(root / name, t[name].history, "cpu", k))
-
     cool = a["eq. 3, cool-down"]
     assert (cool["n"], cool["val_one"], cool["val_avg"]) == (2, 10.0, 11.0)
     assert (cool["one"], cool["avg"]) == (avg(full, 1), avg(full, 2))
-    h = t[alone].history
-    sizes = range(1, min(2, h["steps"].index(h["best_step"]) + 1) + 1)
-    n = max(sizes, key=lambda k: avg(alone, k))  # chosen on val: the largest score
     e = a["eq. 3 alone"]
+    n = n_of[alone]
     assert (e["n"], e["one"], e["avg"]) == (n, avg(alone, 1), avg(alone, n))
     assert (e["val_one"], e["val_avg"]) == (e["one"], e["avg"])
     for label, name in (("eq. 3 alone", alone), ("eq. 3, cool-down", full)):
         s, c = a[label], t[name].cfg
-        assert s["steps"] == lib.last_snapshots(t[name].history, s["n"])
+        assert s["steps"] == lib.resume.last_snapshots(t[name].history, s["n"])
         assert s["rates"] == lib.rates_at(c, s["steps"])
         assert (s["end_rate"], s["peak"]) == (lib.end_rate(c), lib.reached_peak(c))
     assert cool["end_rate"] == 0.0 < e["end_rate"]
@@ -396,26 +433,63 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     assert lines[0].endswith("the runs share their first 2 steps and end at step 4")
     assert lines[3].startswith("eq. 3, cool-down    0.0e+00")
     # no final system where a direction's run diverged; no analysis without eq. 3
-    gone = lib.Trained(copy_table.cfg, data, diverged="loss not finite at step 3")
+    gone = table.Trained(copy_table.cfg, data, diverged="loss not finite at step 3")
     both_gone = {**t, "part4-bpe-all": gone, en_de: gone}
-    assert lib.final_systems(both_gone, recipe, root, "cpu") == {}
+    assert table.final_systems(both_gone, recipe, root, "cpu", on_val) == {}
     no_eq3 = {**t, "part4-bpe-all-eq3": gone}
-    assert lib.averaging_analysis(no_eq3, finals, recipe, root, "cpu") is None
+    assert table.averaging_analysis(no_eq3, finals, recipe, root, "cpu", nb) is None
+    # without its branch, a direction's final system is its cool-down run's
+    alone_gone = table.final_systems(no_eq3, recipe, root, "cpu", on_val)
+    assert alone_gone["de-en"]["run"] == full and not alone_gone["de-en"]["branch"]
+
+
+def test_the_final_system_is_the_candidate_better_on_val():
+    """choose_weights keeps the run whose chosen average scores higher on val, the
+    cool-down run on a tie; each candidate's score is that of its own chosen n."""
+    cool, branch = "part4-bpe-all", "part4-bpe-all-eq3"
+    sweep_cool = [(1, [8], 38.26, 1.0), (2, [6, 8], 38.0, 1.0)]
+    sweep_branch = [(1, [8], 38.5, 1.0), (2, [6, 8], 38.8, 1.0), (3, [], 38.7, 1.0)]
+    both = {cool: (1, sweep_cool), branch: (2, sweep_branch)}
+    assert table.choose_weights(both) == branch
+    worse = {cool: (1, sweep_cool), branch: (1, [(1, [8], 38.0, 1.0)])}
+    assert table.choose_weights(worse) == cool
+    tie = {cool: (1, sweep_cool), branch: (1, [(1, [8], 38.26, 1.0)])}
+    assert table.choose_weights(tie) == cool
+    # the score that counts is the chosen n's, not the sweep's best
+    chosen_n = {
+        cool: (1, sweep_cool),
+        branch: (1, [(1, [8], 38.0, 1.0), *sweep_branch[1:]]),
+    }
+    assert table.choose_weights(chosen_n) == cool
+
+
+def test_the_eq3_branch_begins_where_the_recipe_says_and_never_after_the_cooldown(lib):
+    cfg = lib.run_config("ci", **COPY4).updated(steps=10, cooldown=0.3)
+    nb = lib.NOTEBOOK
+    assert table.branch_step(cfg, lib.RecipeConfig(eq3_branch=0.3), nb) == 7
+    assert table.branch_step(cfg, lib.RecipeConfig(eq3_branch=0.5), nb) == 5
+    with pytest.raises(lib.ConfigError, match="eq3_branch=0.2 is shorter than"):
+        table.branch_step(cfg, lib.RecipeConfig(eq3_branch=0.2), nb)
 
 
 def test_table_rows_name_the_final_systems_choices(lib):
     recipe = lib.RecipeConfig(beam_size=5, post_schedule=True)
-    rows = lib.table_rows(recipe, {"de-en": {"n_avg": 3, "alpha": 1.5}})
+    final = {"run": "part4-bpe-all", "branch": False, "n_avg": 3, "alpha": 1.5}
+    rows = table.table_rows(recipe, {"de-en": final})
     labels = {key: label for key, label, *_ in rows}
     assert labels["avg"] == "+ average of 3 snapshots"
     assert labels["beam"] == "+ beam 5, alpha 1.5"
-    assert labels["en-de avg"] == "+ averaging (none beat best)"  # no final system
+    assert labels["en-de avg"] == "+ averaging"  # no final system
     assert labels["en-de beam"] == "+ beam 5, alpha ?"
     assert [r[0] for r in rows][5] == "post own"
     post_own = rows[5]
     assert post_own[3:] == ("part4-bpe-all-post", "best", "post")
-    single = lib.table_rows(recipe, {"de-en": {"n_avg": 1, "alpha": 0.6}})
+    single = table.table_rows(recipe, {"de-en": {**final, "n_avg": 1}})
     assert single[2][1] == "+ averaging (none beat best)"
+    branch = {**final, "run": "part4-bpe-all-eq3", "branch": True, "n_avg": 3}
+    rows = table.table_rows(recipe, {"de-en": branch})
+    assert rows[2][1:4] == ("+ eq. 3 branch, average of 3", "de-en", branch["run"])
+    assert rows[3][3] == branch["run"], "beam search decodes the same weights"
 
 
 def test_seed_noise_reads_the_committed_spread_of_these_settings(
@@ -423,7 +497,7 @@ def test_seed_noise_reads_the_committed_spread_of_these_settings(
 ):
     monkeypatch.setattr(seeds, "RUNS", tmp_path)
     cfgs = {"part3": lib.run_config("ci"), "full recipe": lib.run_config("ci", seed=3)}
-    spread, noise = lib.seed_noise("ci", cfgs, "cpu")
+    spread, noise = table.seed_noise("ci", cfgs, "cpu", lib.NOTEBOOK)
     assert noise is None
     assert spread == {
         "why_not": "not measured for preset ci (seed-spread-ci.json is missing)"
@@ -444,12 +518,12 @@ def test_seed_noise_reads_the_committed_spread_of_these_settings(
         },
     }
     seeds.spread_path("ci").write_text(json.dumps(measured))
-    spread, noise = lib.seed_noise("ci", cfgs, "cpu")
+    spread, noise = table.seed_noise("ci", cfgs, "cpu", lib.NOTEBOOK)
     assert spread == measured and noise == 1.5  # the larger range: 21.5 - 20.0
     other = {**cfgs, "part3": cfgs["part3"].updated(steps=7)}
-    spread, noise = lib.seed_noise("ci", other, "cpu")
+    spread, noise = table.seed_noise("ci", other, "cpu", lib.NOTEBOOK)
     assert noise is None and "other settings of 'part3'" in spread["why_not"]
     elsewhere = {**measured, "precision": "bf16" if precision != "bf16" else "fp32"}
     seeds.spread_path("ci").write_text(json.dumps(elsewhere))
-    spread, noise = lib.seed_noise("ci", cfgs, "cpu")
+    spread, noise = table.seed_noise("ci", cfgs, "cpu", lib.NOTEBOOK)
     assert noise is None and f"this run computes in {precision}" in spread["why_not"]

@@ -172,9 +172,36 @@ def test_the_choices_and_spread_lines(summary):
     lines = report.choices(summary["choices"])
     chosen = [ln for ln in lines if ln.endswith("<- chosen")]
     assert len(chosen) == 4  # n and alpha, both directions
+    # with two candidate runs: each one's sweep, the chosen run's n marked chosen
+    c = summary["choices"]["de-en"]
+    branch = [(n, steps, bleu + 1.0, r) for n, steps, bleu, r in c["avg_sweep"]]
+    two = {
+        **c,
+        "run": "part4-bpe-all-eq3",
+        "avg_sweep": branch,
+        "candidates": {
+            "part4-bpe-all": {"n_avg": 1, "sweep": c["avg_sweep"]},
+            "part4-bpe-all-eq3": {"n_avg": 3, "sweep": branch},
+        },
+    }
+    lines = report.choices({"de-en": two})
+    assert "de-en on val, greedy, part4-bpe-all:" in lines
+    assert "de-en on val, greedy, part4-bpe-all-eq3:" in lines
+    at = lines.index("de-en on val, greedy, part4-bpe-all-eq3:")
+    assert lines[1].endswith("BLEU 38.10  <- its best, not chosen")
+    assert lines[at + 3].endswith("BLEU 39.30  <- chosen")
     assert report.spread({"why_not": "not measured"}, None) == [
         "seed spread: not measured"
     ]
+
+
+def test_the_comparison_lists_the_published_figures_and_every_row(summary):
+    lines = report.compare(summary)
+    assert lines[0] == "the paper (Table 2, WMT 2014 newstest2014):"
+    assert f"  {'OPUS-MT tc-big gmw-gmw, DE-EN':<34}  39.9" in lines
+    rows = lines[-len(summary["rows"]) :]
+    assert rows[0] == f"  {'words, tie=' + repr('tgt') + ', greedy':<34} 36.82  (de-en)"
+    assert len(lines) == 1 + 4 + 1 + 3 + 1 + len(summary["rows"])
 
 
 def test_bench_sentence():

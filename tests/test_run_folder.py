@@ -116,13 +116,14 @@ def test_folder_lock_keeps_every_other_holder_out(tmp_path):
 SLOW_AFTER_2 = (
     "import time, nbexport\n"
     "m = nbexport.load()\n"
-    "n, original = [0], m.train_step\n"
+    "import atkit.runner as r\n"
+    "n, original = [0], r.train_step\n"
     "def slow(*a, **k):\n"
     "    n[0] += 1\n"
     "    if n[0] > 2:\n"
     "        time.sleep(600)\n"
     "    return original(*a, **k)\n"
-    "m.train_step = slow\n"
+    "r.train_step = slow\n"
 )
 
 
@@ -136,7 +137,7 @@ def test_a_second_run_into_the_folder_of_a_running_one_stops_at_once(
     run = tmp_path / "run"
     args = copy_args(run, {**COPY, "eval_every": 2})
     a = subprocess.Popen(
-        [sys.executable, "-c", SLOW_AFTER_2 + launch.WORKER_CODE, *args],
+        [sys.executable, "-c", SLOW_AFTER_2 + launch.worker_code("tools.train"), *args],
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -429,7 +430,7 @@ def test_a_finished_run_is_loaded_and_left_unchanged(
     )
     history = tiny_run.history
     assert "finished" in messages[0] and again == history
-    lines = [lib.history_line(history, i) for i in range(len(history["steps"]))]
+    lines = [lib.runner.history_line(history, i) for i in range(len(history["steps"]))]
     assert messages[1:] == lines
     assert (run_dir / "last.pt").read_bytes() == before, "a rerun changed last.pt"
     assert same_weights(tiny_run.model, loaded)
@@ -804,7 +805,7 @@ def test_a_non_finite_loss_stops_training_and_keeps_last_pt(lib, tmp_path, monke
         return loss_sum, loss
 
     monkeypatch.setattr(lib.SimpleLossCompute, "__call__", poisoned)
-    with pytest.raises(lib.NonFiniteLossError, match="step 7;"):
+    with pytest.raises(lib.resume.NonFiniteLossError, match="step 7;"):
         lib.train(cfg, data, tmp_path, "cpu", log=quiet)
     assert (tmp_path / "last.pt").read_bytes() == good, "last.pt was overwritten"
     assert not (tmp_path / "step000008.pt").exists()
@@ -813,11 +814,13 @@ def test_a_non_finite_loss_stops_training_and_keeps_last_pt(lib, tmp_path, monke
 def test_non_finite_weights_are_never_saved(lib, tmp_path):
     cfg = copy_cfg(lib)
     ckpt_dir = lib.checkpoints.prepare_ckpt_dir(tmp_path)
-    run = lib.start_run(cfg, lib.copy_task_data(cfg), ckpt_dir, "cpu")
+    run = lib.runner.start_run(
+        cfg, lib.copy_task_data(cfg), ckpt_dir, "cpu", lib.TRAINING
+    )
     with torch.no_grad():
         next(run.model.parameters())[0, 0] = float("inf")
     with pytest.raises(resume.NonFiniteLossError, match="last.pt"):
-        resume.save_run(run, lib.SingleProcess())
+        resume.save_run(run, lib.runner.SingleProcess())
     assert not (tmp_path / "last.pt").exists()
 
 

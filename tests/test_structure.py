@@ -5,6 +5,7 @@ import ast
 import json
 import re
 import subprocess
+import symtable
 import sys
 from pathlib import Path
 
@@ -18,21 +19,73 @@ ROOT = Path(__file__).resolve().parents[1]
 MD = ROOT / "annotated_transformer.md"
 
 
+UPWARD = ("nbexport", "annotated_transformer_lib", "tools")
+
+
+def _upward(name: str) -> bool:
+    return name.split(".")[0] in UPWARD
+
+
+def upward_strings(tree) -> list[str]:
+    """String literals (docstrings aside) that name a module above atkit, as a bare
+    module name ("tools.train") or as code that imports one: a program started
+    from a string is an upward call that no import shows."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            continue
+        text = node.value.strip()
+        if id(node) in docs or not text:
+            continue
+        if re.fullmatch(r"[\w.]+", text) and _upward(text):
+            found.append(text)
+            continue
+        try:
+            code = ast.parse(text)
+        except SyntaxError:
+            continue
+        found += [n for n in _imported(code) if _upward(n)]
+    return found
+
+
+def _imported(tree) -> list[str]:
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+    return names
+
+
 def test_atkit_never_imports_the_notebook_or_a_tool():
     """atkit is a library under the notebook: no module of it imports nbexport, the
-    generated module or a program of tools/."""
+    generated module or a program of tools/, nor names one in a string to start it
+    (the caller passes what to run)."""
     for path in sorted((ROOT / "atkit").glob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            for name in names:
-                assert not name.startswith(
-                    ("nbexport", "annotated_transformer_lib", "tools")
-                ), f"{path.name} imports {name}"
+        for name in _imported(tree):
+            assert not _upward(name), f"{path.name} imports {name}"
+        assert not upward_strings(tree), f"{path.name} names {upward_strings(tree)}"
+
+
+def test_the_layer_check_reads_strings():
+    code = (
+        '"""Runs tools.train (a docstring may say so)."""\n'
+        'W = "import sys; from tools import train; sys.exit(train.main())"\n'
+        'M = "tools.export_model"\n'
+        'E = "export it again with `python -m tools.export_model`"\n'
+        'C = "import sys, importlib; importlib.import_module(sys.argv[1])"\n'
+    )
+    assert upward_strings(ast.parse(code)) == ["tools", "tools.export_model"]
 
 
 def test_every_program_ends_through_run_main():
@@ -138,6 +191,63 @@ def test_no_main_path_text_hides_inside_a_deep_dive():
                 )
 
 
+def _bound_and_used(source: str) -> tuple[set, set]:
+    """(names a cell binds at its top level, global names it reads anywhere, inside
+    function and class bodies too; a function's own parameters and locals are not
+    global). An attribute chain's root is a read name."""
+    table = symtable.symtable(source, "cell", "exec")
+    bound = {
+        s.get_name()
+        for s in table.get_symbols()
+        if s.is_assigned() or s.is_imported() or s.is_namespace()
+    }
+    used, tables = set(), [table]
+    while tables:
+        t = tables.pop()
+        for s in t.get_symbols():
+            if s.is_referenced() and (t.get_type() == "module" or s.is_global()):
+                used.add(s.get_name())
+        tables += t.get_children()
+    return bound, used
+
+
+def deep_dive_only_uses(path=MD) -> list[str]:
+    """'heading: name' for every name a main-path code cell reads that only deep-dive
+    cells define (rule R1 of issue 57: the main path never needs a deep dive)."""
+    cells = [
+        (deep, heading, *_bound_and_used(cell.source))
+        for cell, deep, heading in word_count.classified_cells(jupytext.read(path))
+        if cell.cell_type == "code"
+    ]
+    main = set().union(*(bound for deep, _, bound, _ in cells if not deep))
+    deep_only = set().union(*(bound for deep, _, bound, _ in cells if deep)) - main
+    found = [
+        f"{heading}: {name}"
+        for deep, heading, _, used in cells
+        if not deep
+        for name in sorted(used & deep_only)
+    ]
+    return list(dict.fromkeys(found))
+
+
+def test_the_main_path_uses_nothing_defined_only_in_a_deep_dive():
+    """R1: a reader who skips every deep dive runs every main-path cell; so no
+    main-path cell reads a name (even inside a function body) that only a deep
+    dive's cells define. What the main path needs lives on it or in atkit."""
+    violations = deep_dive_only_uses()
+    assert not violations, "\n".join(violations)
+
+
+def test_the_deep_dive_check_sees_uses_inside_function_bodies(tmp_path):
+    md = tmp_path / "n.md"
+    md.write_text(
+        "## Part\n\n```python\ndef f(n):\n    return helper.x(n) + n\n```\n\n"
+        "### Deep dive: X\n\n*what*\n\n```python\ndef helper(): pass\n"
+        "n = 3\n```\n\n### Main again\n\n```python\nprint(n)\n```\n"
+    )
+    assert deep_dive_only_uses(md) == ["Part: helper", "Main again: n"]
+
+
 def test_exported_blocks_name_their_section_and_keep_their_lines():
     source = nbexport.module_source().splitlines()
     md = MD.read_text().splitlines()
@@ -157,7 +267,7 @@ def test_a_traceback_points_into_the_notebook(tmp_path):
     code = (
         "import nbexport\n"
         "lib = nbexport.load()\n"
-        "lib.last_snapshots({'steps': [1], 'best_step': 7}, 1)\n"
+        "lib.best_model('.', {'steps': [1], 'val_loss': [0], 'best_step': 7}, 'cpu')\n"
     )
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT
@@ -274,7 +384,8 @@ def test_tier_coverage_names_the_functions_a_tier_never_enters(
             assert sources[str(py)] == py
     counted = ROOT / "tools" / "word_count.py"
     found = dict(tier_coverage.functions(counted))
-    lines = found["count"] | {min(found["main"])}  # count, and main's first line
+    lines = found["count"] | found["read_notebook"] | found["classified_cells"]
+    lines |= {min(found["main"])}  # count and what it calls, and main's first line
     ran = []
 
     def run(cmd, cwd, env, check):

@@ -268,7 +268,7 @@ def run_steps(lib, setup, batches, k, start_index=0):
     tokens = 0
     for j in range(k):
         b = batches[(start_index + j) % len(batches)]
-        lib.train_step(
+        lib.runner.train_step(
             model, b, loss_compute, optimizer, scheduler, precision=precision
         )
         tokens += b.ntokens

@@ -126,14 +126,15 @@ def snapshots_to_average(lib, ckpt_dir, history, n_avg, log) -> list[int]:
     """The steps of the snapshots that `--n-avg` averages: the `n_avg` that end at
     the best one, or all up to it if the run has fewer (said); a refusal if the
     run did not keep them."""
-    steps = lib.last_snapshots(history, n_avg)
+    steps = lib.resume.last_snapshots(history, n_avg)
+    path = lib.resume.snapshot_path
     kept = 0
-    while kept < len(steps) and lib.snapshot_path(ckpt_dir, steps[-1 - kept]).exists():
+    while kept < len(steps) and path(ckpt_dir, steps[-1 - kept]).exists():
         kept += 1
     if kept == 0:
         raise UsageError(
             f"{ckpt_dir}: the best snapshot, "
-            f"{lib.snapshot_path(ckpt_dir, steps[-1]).name}, is missing; train the "
+            f"{path(ckpt_dir, steps[-1]).name}, is missing; train the "
             "run again (or give the folder of another run)"
         )
     if kept < len(steps):

@@ -42,10 +42,10 @@ def _train_time(lib, cpu, threads, gen, steps=6):
     src = torch.randint(4, 5000, (B, T), generator=gen)
     tgt = torch.randint(4, 5000, (B, T + 1), generator=gen)
     batch = lib.Batch(src, tgt, pad=lib.PAD)
-    lib.train_step(model, batch, loss, opt, sched, precision=precision)
+    lib.runner.train_step(model, batch, loss, opt, sched, precision=precision)
     start = time.perf_counter()
     for _ in range(steps):
-        lib.train_step(model, batch, loss, opt, sched, precision=precision)
+        lib.runner.train_step(model, batch, loss, opt, sched, precision=precision)
     return (time.perf_counter() - start) / steps
 
 

@@ -40,8 +40,9 @@ class Counts:
         return self.main_words + self.deep_words
 
 
-def count(path: Path) -> Counts:
-    """Words of prose and lines of code, on the main path and in deep dives."""
+def read_notebook(path: Path):
+    """The notebook at `path`, read with jupytext; a file that is not one is refused
+    with a UsageError naming it."""
     import jupytext
 
     try:
@@ -53,37 +54,50 @@ def count(path: Path) -> Counts:
         ) from None
     ext = path.suffix if path.suffix in (".md", ".ipynb", ".py") else ".md"
     try:
-        notebook = jupytext.reads(text, fmt=ext.lstrip("."))
+        return jupytext.reads(text, fmt=ext.lstrip("."))
     except (ValueError, TypeError, KeyError) as err:
         raise UsageError(
             f"--notebook {path} cannot be read as a notebook ({type(err).__name__}: "
             f"{str(err)[:200]}); give the notebook's .md file"
         ) from None
-    counts, deep_level = Counts(), None
+
+
+def classified_cells(notebook):
+    """(cell, in a deep dive?, the heading it sits under) for every cell: a deep dive
+    runs from its heading to the next heading of its level or above."""
+    deep_level, heading = None, ""
     for cell in notebook.cells:
-        text = cell.source
         if cell.cell_type == "markdown":
-            for line in text.splitlines():
+            for line in cell.source.splitlines():
                 match = HEADING.match(line)
                 if not match:
                     continue
-                level = len(match.group(1))
+                level, heading = len(match.group(1)), match.group(2)
                 if deep_level is not None and level <= deep_level:
                     deep_level = None
-                if match.group(2).startswith(DEEP):
+                if heading.startswith(DEEP):
                     deep_level = level
+        yield cell, deep_level is not None, heading
+
+
+def count(path: Path) -> Counts:
+    """Words of prose and lines of code, on the main path and in deep dives."""
+    counts = Counts()
+    for cell, deep, _ in classified_cells(read_notebook(path)):
+        text = cell.source
+        if cell.cell_type == "markdown":
             prose = re.sub(r"<!--.*?-->", " ", text, flags=re.S).split()
             words = sum(1 for w in prose if w.strip("#"))  # not a heading's hashes
-            if deep_level is None:
-                counts.main_words += words
-            else:
+            if deep:
                 counts.deep_words += words
+            else:
+                counts.main_words += words
         elif cell.cell_type == "code":
             lines = sum(1 for ln in text.splitlines() if ln.strip())
-            if deep_level is None:
-                counts.main_code += lines
-            else:
+            if deep:
                 counts.deep_code += lines
+            else:
+                counts.main_code += lines
     return counts
 
 

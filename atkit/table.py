@@ -1,0 +1,374 @@
+"""Part 4's table: training every run of it, choosing each direction's final system
+on `val`, and scoring every row on test_2016.
+
+The notebook's main path calls four functions, in this order:
+
+* `recipe_runs`: the table's training runs, folder -> (config, data): the full
+  recipe's model, its post-norm twin(s), English->German, and for each direction the
+  full recipe with **eq. 3 alone**, a branch that continues the run with the paper's
+  schedule over its last `RecipeConfig.eq3_branch` of steps, instead of the cool-down;
+* `train_recipe`: trains (or loads) each run into its folder; an eq. 3 branch starts
+  from its direction's run where the branch begins (`atkit.resume.share_steps`): up
+  to there both rates are eq. 3's. A run whose loss turns infinite or NaN is kept as
+  `Trained(..., diverged=...)`, and every row that decodes it says so;
+* `final_systems`: per direction, the weights and the search of the final system, all
+  chosen on `val`: how many snapshots to average, for the cool-down run and for its
+  eq. 3 branch (greedy BLEU); the better of the two (`choose_weights`); then the length
+  penalty alpha of beam search over those weights;
+* `score_table`: every row decoded on test_2016, as the plain record that
+  `atkit.report` turns into the table and its sentences.
+
+atkit never imports the notebook: its functions come in as `Notebook`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from atkit import resume, seeds
+from atkit.resume import NonFiniteLossError
+from atkit.settings import ConfigError
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """What the table takes from the notebook."""
+
+    train: Callable  # (cfg, data, folder, device, log=, max_steps=) -> (model, history)
+    average: Callable  # (folder, history, device, n) -> the average of n snapshots
+    best: Callable  # (folder, history, device) -> the best snapshot's model
+    bleu: Callable  # (model, data, split, search, decode_tokens) -> dict of scores
+    greedy: Callable  # the greedy search
+    search: Callable  # make_search: ("beam", beam_size=, alpha=) -> a search
+    cooldown_start: Callable  # cfg -> the step where the cool-down begins
+    reached_peak: Callable  # cfg -> the highest rate of its schedule
+    rates_at: Callable  # (cfg, steps) -> the rates at those steps
+    end_rate: Callable  # cfg -> the rate of the last step
+    precision: Callable  # (device, cfg.precision) -> a Precision (its .name)
+    config: type  # RunConfig
+
+
+@dataclass
+class Trained:
+    """A training run of the table: its config, data and history, or where it
+    diverged."""
+
+    cfg: object
+    data: object
+    history: dict | None = None
+    diverged: str | None = None
+
+
+DIRECTIONS = {"de-en": "part4-bpe-all", "en-de": "part4-bpe-all-en-de"}
+
+
+def eq3(name: str) -> str:
+    """The folder of a run's eq. 3 branch."""
+    return f"{name}-eq3"
+
+
+def branch_step(cfg, recipe, nb: Notebook) -> int:
+    """The step where a run's eq. 3 branch begins: the last `recipe.eq3_branch` of
+    its steps. Up to there the run's own rate must be eq. 3's, so the branch may not
+    be shorter than the cool-down."""
+    step = math.floor(round(cfg.steps * (1 - recipe.eq3_branch), 6))
+    if step > nb.cooldown_start(cfg):
+        raise ConfigError(
+            f"RecipeConfig.eq3_branch={recipe.eq3_branch} is shorter than the "
+            f"cool-down (RunConfig.cooldown={cfg.cooldown}): the branch must begin "
+            "where both rates are still eq. 3's; give eq3_branch >= cooldown"
+        )
+    return step
+
+
+def recipe_runs(bpe_cfg, bpe_data, en_de_cfg, en_de, recipe) -> dict:
+    """The table's training runs: folder -> (config, data)."""
+    runs = {
+        "part4-bpe-all": (bpe_cfg, bpe_data),
+        eq3("part4-bpe-all"): (bpe_cfg.updated(cooldown=0.0), bpe_data),
+        "part4-bpe-all-post-same": (bpe_cfg.updated(norm="post"), bpe_data),
+    }
+    if recipe.post_schedule:
+        own = dict(
+            factor=bpe_cfg.factor * recipe.post_factor, warmup=recipe.post_warmup
+        )
+        runs["part4-bpe-all-post"] = (bpe_cfg.updated(norm="post", **own), bpe_data)
+    runs["part4-bpe-all-en-de"] = (en_de_cfg, en_de)
+    runs[eq3("part4-bpe-all-en-de")] = (en_de_cfg.updated(cooldown=0.0), en_de)
+    return runs
+
+
+def train_or_report(cfg, data, ckpt_dir, device, nb: Notebook, log=print) -> Trained:
+    """train(), with a run that diverges reported instead of raised."""
+    try:
+        return Trained(cfg, data, nb.train(cfg, data, ckpt_dir, device, log=log)[1])
+    except NonFiniteLossError as err:
+        log(f"diverged: {err}")
+        where = f"loss not finite at step {err.step}" if err.step else str(err)
+        return Trained(cfg, data, diverged=where)
+
+
+def train_recipe(runs: dict, root: Path, device, nb: Notebook, recipe, log=print):
+    """Train or load every run; an eq. 3 branch starts from its run's saved state
+    where the branch begins. Returns folder -> Trained."""
+    out = {}
+    for name, (c, d) in runs.items():
+        log(f"{name}:")
+        branch = runs.get(eq3(name))
+        if branch is not None:
+            at = branch_step(c, recipe, nb)
+
+            def up_to(n, c=c, d=d, folder=root / name):
+                return nb.train(c, d, folder, device, max_steps=n, log=log)
+
+            with contextlib.suppress(NonFiniteLossError):  # the run says so below
+                branched = resume.share_steps(
+                    up_to,
+                    root / name,
+                    root / eq3(name),
+                    branch[0],
+                    at,
+                    may_differ={"cooldown"},
+                    log=log,
+                )
+                if branched:  # the run goes on past the branch: its own label
+                    log(f"{name}, after step {at}:")
+        out[name] = train_or_report(c, d, root / name, device, nb, log)
+    return out
+
+
+def choose_n_avg(ckpt_dir, trained: Trained, n_max, device, nb: Notebook):
+    """(n, sweep of (n, steps, val BLEU, ratio)): how many snapshots that end at the
+    best one to average, on val with greedy decoding."""
+    h = trained.history
+    n_max = min(n_max, h["steps"].index(h["best_step"]) + 1)
+    sweep = []
+    for n in range(1, n_max + 1):
+        m = nb.average(ckpt_dir, h, device, n)
+        r = nb.bleu(m, trained.data, "val", nb.greedy, trained.cfg.decode_tokens)
+        sweep.append((n, resume.last_snapshots(h, n), r["bleu"], r["ratio"]))
+    return max(sweep, key=lambda row: row[2])[0], sweep
+
+
+def choose_weights(candidates: dict) -> str:
+    """The run whose chosen average scores best on val (greedy): candidates maps a
+    run's folder to (n, sweep); on a tie the first (the cool-down run) wins."""
+    return max(candidates, key=lambda run: val_bleu(*candidates[run]))
+
+
+def val_bleu(n, sweep) -> float:
+    return next(row[2] for row in sweep if row[0] == n)
+
+
+def choose_alpha(model, trained: Trained, recipe, nb: Notebook):
+    """(best alpha, sweep of (alpha, val BLEU, ratio), whether the cap stopped it):
+    the tried alphas, then larger ones while the best is the largest tried."""
+    tried = {}
+
+    def score(a):
+        search = nb.search("beam", beam_size=recipe.beam_size, alpha=a)
+        r = nb.bleu(model, trained.data, "val", search, trained.cfg.decode_tokens)
+        tried[a] = (r["bleu"], r["ratio"])
+
+    for a in recipe.alphas:
+        score(a)
+    while (best := max(tried, key=lambda a: tried[a][0])) == max(tried):
+        if best + recipe.alpha_step > recipe.alpha_cap:
+            break
+        score(round(best + recipe.alpha_step, 6))
+    return best, [(a, *tried[a]) for a in sorted(tried)], best == max(tried)
+
+
+def final_systems(trained, recipe, root, device, nb: Notebook) -> dict:
+    """Per direction whose run trained: the weights (the cool-down run's or its eq. 3
+    branch's, averaged, whichever scores best on val) and the beam search."""
+    finals = {}
+    for direction, name in DIRECTIONS.items():
+        if trained[name].diverged:
+            continue
+        candidates = {
+            run: choose_n_avg(root / run, trained[run], recipe.n_avg, device, nb)
+            for run in (name, eq3(name))
+            if run in trained and not trained[run].diverged
+        }
+        run = choose_weights(candidates)
+        n, avg_sweep = candidates[run]
+        weights = nb.average(root / run, trained[run].history, device, n)
+        alpha, alpha_sweep, capped = choose_alpha(weights, trained[run], recipe, nb)
+        finals[direction] = dict(
+            run=run,
+            branch=run != name,
+            n_avg=n,
+            avg_sweep=avg_sweep,
+            candidates={r: dict(n_avg=k, sweep=s) for r, (k, s) in candidates.items()},
+            weights=weights,
+            alpha=alpha,
+            alpha_sweep=alpha_sweep,
+            capped=capped,
+            alpha_cap=recipe.alpha_cap,
+            search=nb.search("beam", beam_size=recipe.beam_size, alpha=alpha),
+        )
+    return finals
+
+
+def table_rows(recipe, finals) -> list[tuple]:
+    """(key, label, direction, training run, weights, the row compared with)."""
+
+    def averaged(direction):
+        f = finals.get(direction)
+        if f is None:
+            return "+ averaging"
+        if f["branch"]:
+            return f"+ eq. 3 branch, average of {f['n_avg']}"
+        if f["n_avg"] > 1:
+            return f"+ average of {f['n_avg']} snapshots"
+        return "+ averaging (none beat best)"
+
+    def beamed(direction):
+        a = finals[direction]["alpha"] if direction in finals else "?"
+        return f"+ beam {recipe.beam_size}, alpha {a}"
+
+    def final_run(direction):
+        f = finals.get(direction)
+        return f["run"] if f else DIRECTIONS[direction]
+
+    de_en = final_run("de-en")
+    rows = [
+        ("words", "words, tie='tgt', greedy", "de-en", "part3", "best", None),
+        ("bpe", "shared BPE + tie='all'", "de-en", "part4-bpe-all", "best", "words"),
+        ("avg", averaged("de-en"), "de-en", de_en, "final", "bpe"),
+        ("beam", beamed("de-en"), "de-en", de_en, "beam", "avg"),
+        (
+            "post",
+            "row 2 with post-norm",
+            "de-en",
+            "part4-bpe-all-post-same",
+            "best",
+            "bpe",
+        ),
+    ]
+    if recipe.post_schedule:
+        rows.append(
+            (
+                "post own",
+                "+ post-norm's schedule",
+                "de-en",
+                "part4-bpe-all-post",
+                "best",
+                "post",
+            )
+        )
+    en_de, final = DIRECTIONS["en-de"], final_run("en-de")
+    rows += [
+        ("en-de", "BPE + tie='all', greedy", "en-de", en_de, "best", None),
+        ("en-de avg", averaged("en-de"), "en-de", final, "final", "en-de"),
+        ("en-de beam", beamed("en-de"), "en-de", final, "beam", "en-de avg"),
+    ]
+    return rows
+
+
+def score_table(trained, finals, recipe, noise, root, device, preset, nb) -> dict:
+    """Every row of the table scored on test_2016: the record atkit.report reads."""
+    rows, runs = [], {}
+    for no, (key, label, direction, run, weights, vs) in enumerate(
+        table_rows(recipe, finals), start=1
+    ):
+        t, runs[key] = trained[run], run
+        ref = next((r for r in rows if r["key"] == vs), None)
+        row = dict(
+            no=no,
+            key=key,
+            label=label,
+            dir=direction,
+            warmup=t.cfg.warmup,
+            peak=nb.reached_peak(t.cfg),
+            vs=ref["no"] if ref else None,
+            trained=vs is not None and runs[vs] != run,
+            diverged=t.diverged,
+            bleu=None,
+            ratio=None,
+            unk=None,
+            seconds=0.0,
+        )
+        if not t.diverged:
+            start = time.perf_counter()
+            if weights == "best":
+                model, search = nb.best(root / run, t.history, device), nb.greedy
+            else:
+                final = finals[direction]
+                search = final["search"] if weights == "beam" else nb.greedy
+                model = final["weights"]
+            r = nb.bleu(model, t.data, "test_2016_flickr", search, t.cfg.decode_tokens)
+            row.update(bleu=r["bleu"], ratio=r["ratio"], unk=r["unk"])
+            row["seconds"] = time.perf_counter() - start
+        rows.append(row)
+    part3 = trained["part3"]
+    choices = {
+        d: {k: v for k, v in f.items() if k not in ("weights", "search")}
+        for d, f in finals.items()
+    }
+    return dict(
+        rows=rows,
+        noise=noise,
+        steps=part3.cfg.steps,
+        preset=preset,
+        sentences=len(part3.data.text["test_2016_flickr"][0]),
+        choices=choices,
+    )
+
+
+def averaging_analysis(trained, finals, recipe, root, device, nb) -> dict | None:
+    """Eq. 3 alone and the cool-down, de-en: the best snapshot and the average (n
+    chosen on val), greedy, on test and val; None if a run diverged."""
+    name = DIRECTIONS["de-en"]
+    runs = {"eq. 3 alone": eq3(name), "eq. 3, cool-down": name}
+    if "de-en" not in finals or any(
+        run not in finals["de-en"]["candidates"] or trained[run].diverged
+        for run in runs.values()
+    ):
+        return None
+    out = {"shared": branch_step(trained[name].cfg, recipe, nb)}
+    for label, run in runs.items():
+        t, tokens = trained[run], trained[run].cfg.decode_tokens
+        c = finals["de-en"]["candidates"][run]
+        n, val = c["n_avg"], {row[0]: row[2] for row in c["sweep"]}
+        test = {
+            k: nb.bleu(
+                nb.average(root / run, t.history, device, k),
+                t.data,
+                "test_2016_flickr",
+                nb.greedy,
+                tokens,
+            )["bleu"]
+            for k in sorted({1, n})
+        }
+        steps = resume.last_snapshots(t.history, n)
+        out[label] = dict(
+            n=n,
+            one=test[1],
+            avg=test[n],
+            val_one=val[1],
+            val_avg=val[n],
+            steps=steps,
+            rates=nb.rates_at(t.cfg, steps),
+            end_rate=nb.end_rate(t.cfg),
+            peak=nb.reached_peak(t.cfg),
+        )
+    return out
+
+
+def seed_noise(preset, cfgs: dict, device, nb: Notebook):
+    """The committed seed spread of `cfgs` (name -> RunConfig) and the larger of
+    their ranges of test BLEU; ({"why_not": ...}, None) when it does not apply."""
+    precision = nb.precision(device, cfgs["full recipe"].precision).name
+    configs = {name: c.to_dict() for name, c in cfgs.items()}
+    spread, why = seeds.load_spread(preset, configs, nb.config, precision)
+    if spread is None:
+        return {"why_not": why}, None
+    ranges = [m["bleu_test_2016_flickr"]["range"] for m in spread["models"].values()]
+    return spread, max(ranges)
