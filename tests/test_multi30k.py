@@ -101,9 +101,9 @@ def test_bucket_batches(lib, data):
         assert len(b) * longest <= budget or len(b) == 1
     g = torch.Generator().manual_seed(0)
     random = torch.randperm(len(data.train), generator=g).tensor_split(len(batches))
-    bucketed = lib.padding_fraction(data.train, batches)
-    assert bucketed < lib.padding_fraction(data.train, [r.tolist() for r in random])
-    assert bucketed < lib.padding_fraction(data.train, [range(len(data.train))])
+    bucketed = corpus.padding_fraction(data.train, batches)
+    assert bucketed < corpus.padding_fraction(data.train, [r.tolist() for r in random])
+    assert bucketed < corpus.padding_fraction(data.train, [range(len(data.train))])
     b = lib.collate(data.train, batches[0])
     assert b.src.shape[0] == len(batches[0]) and int(b.ntokens) > 0
 

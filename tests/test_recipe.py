@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from atkit import report, seeds
+from atkit import config, report, seeds
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
@@ -138,7 +138,7 @@ def test_schedule_helpers_are_eq3_until_the_cooldown_and_zero_at_the_end(lib):
 def test_recipe_runs_change_one_setting_each(lib):
     cfg = lib.run_config("ci", **COPY4)
     en_de = cfg.updated(seed=5)
-    own = lib.RecipeConfig(post_schedule=True, post_factor=0.5, post_warmup=7)
+    own = config.RecipeConfig(post_schedule=True, post_factor=0.5, post_warmup=7)
     runs = lib.recipe_runs(cfg, "bpe data", en_de, "en-de data", own)
     assert list(runs) == [
         "part4-bpe-all",
@@ -153,7 +153,7 @@ def test_recipe_runs_change_one_setting_each(lib):
     post = cfg.updated(norm="post", factor=cfg.factor * 0.5, warmup=7)
     assert runs["part4-bpe-all-post"] == (post, "bpe data")
     assert runs["part4-bpe-all-en-de"] == (en_de, "en-de data")
-    without = lib.RecipeConfig(post_schedule=False)
+    without = config.RecipeConfig(post_schedule=False)
     assert "part4-bpe-all-post" not in lib.recipe_runs(cfg, 0, en_de, 1, without)
 
 
@@ -172,14 +172,16 @@ def test_choose_alpha_searches_upwards_until_a_larger_alpha_scores_worse(
         return {"bleu": 30 - (alpha - 1.4) ** 2, "ratio": alpha / 10}
 
     monkeypatch.setattr(lib, "bleu", bleu)
-    recipe = lib.RecipeConfig(beam_size=3, alphas=(0.0, 0.6), alpha_step=0.4)
+    recipe = config.RecipeConfig(beam_size=3, alphas=(0.0, 0.6), alpha_step=0.4)
     best, sweep, capped = lib.choose_alpha("m", "d", recipe, 99)
     assert asked == [(3, 0.0), (3, 0.6), (3, 1.0), (3, 1.4), (3, 1.8)]
     assert best == 1.4 and not capped
     assert [row[0] for row in sweep] == [0.0, 0.6, 1.0, 1.4, 1.8]
     assert sweep[3] == (1.4, 30.0, pytest.approx(0.14))
     asked.clear()
-    capped_recipe = lib.RecipeConfig(alphas=(0.0, 0.6), alpha_step=0.4, alpha_cap=1.0)
+    capped_recipe = config.RecipeConfig(
+        alphas=(0.0, 0.6), alpha_step=0.4, alpha_cap=1.0
+    )
     best, sweep, capped = lib.choose_alpha("m", "d", capped_recipe, 99)
     assert [a for _, a in asked] == [0.0, 0.6, 1.0] and best == 1.0 and capped
 
@@ -288,7 +290,7 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     lib, copy_table, monkeypatch
 ):
     t, root, data = copy_table.trained, copy_table.root, copy_table.data
-    recipe = lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    recipe = config.RecipeConfig(**FAST_RECIPE, post_schedule=False)
     finals = lib.final_systems(t, recipe, root, "cpu")
     assert set(finals) == {"de-en"}, "none for the direction whose run diverged"
     for direction, name in list(lib.DIRECTIONS.items())[:1]:
@@ -404,7 +406,7 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
 
 
 def test_table_rows_name_the_final_systems_choices(lib):
-    recipe = lib.RecipeConfig(beam_size=5, post_schedule=True)
+    recipe = config.RecipeConfig(beam_size=5, post_schedule=True)
     rows = lib.table_rows(recipe, {"de-en": {"n_avg": 3, "alpha": 1.5}})
     labels = {key: label for key, label, *_ in rows}
     assert labels["avg"] == "+ average of 3 snapshots"
