@@ -287,8 +287,34 @@ def test_printed_cell_times_are_those_of_the_committed_run():
     commit."""
     missed = expectations_missed(nbformat.read(IPYNB, as_version=4))
     assert not missed, (
-        "update PRESETS[...].minutes from the committed run:\n" + "\n".join(missed)
+        "the committed run took longer or shorter than the record it printed "
+        "(runs/cell-minutes.json, from the run before): run the notebook again:\n"
+        + "\n".join(missed)
     )
+
+
+def test_the_cell_times_are_one_record_of_the_committed_run():
+    """runs/cell-minutes.json holds what the committed run's long cells took (its
+    own timestamps; `make readme` writes it), expected_time prints from it, and the
+    README's time table quotes it: one source for every such figure."""
+    from atkit import config
+
+    nb = nbformat.read(IPYNB, as_version=4)
+    record = config.committed_minutes()
+    preset = readme_results.run_preset(nb)
+    assert record[preset] == readme_results.measured_minutes(nb), "make readme"
+    minutes = record[preset]["minutes"]
+    assert config.expected_time(preset, "part4", config.MINUTES_FILE).startswith(
+        f"expected: about {round(minutes['part4'])} min with preset {preset} on "
+    )
+    said = re.search(
+        r"Part 3's training took (\d+) minutes, Part 4's (\d+) and the alpha sweep "
+        r"(\d+) \(`runs/cell-minutes.json`\)",
+        (ROOT / "README.md").read_text(encoding="utf-8"),
+    )
+    assert said, "the README's time table no longer quotes the record"
+    quoted = [int(n) for n in said.groups()]
+    assert quoted == [round(minutes[c]) for c in ("part3", "part4", "alpha")]
 
 
 def test_the_cell_time_check_finds_a_stale_figure():
