@@ -509,3 +509,32 @@ def test_nbexport_command_line_writes_and_checks_the_module(
     monkeypatch.setattr(sys, "argv", ["nbexport.py"])
     assert nbexport.main() == 0
     assert capsys.readouterr().out == f"{nbexport.export()}\n"
+
+
+def test_a_clone_prepared_before_is_kept_and_updated(tmp_path, monkeypatch, capsys):
+    """colab.prepare, as runtime.setup(clone=...) calls it: a fresh clone is only
+    entered (nothing said); the next session's (Colab restarted, the disk kept)
+    finds the mark the first left in .git and updates it, saying so in one line.
+    setup() prepares only the clone this package was imported from."""
+    from pathlib import Path
+
+    from atkit import colab, runtime
+
+    clone = tmp_path / "at-repo"
+    (clone / ".git").mkdir(parents=True)
+    updated = []
+    monkeypatch.setattr(colab, "update", lambda c: updated.append(c) or "updated")
+    monkeypatch.setattr(colab, "WANTED", {})
+    monkeypatch.chdir(tmp_path)
+    colab.prepare("at-repo")
+    assert updated == [] and Path.cwd() == clone and capsys.readouterr().out == ""
+    monkeypatch.chdir(tmp_path)
+    colab.prepare("at-repo")
+    assert updated == ["at-repo"] and capsys.readouterr().out == "updated\n"
+
+    def forbidden(clone):
+        raise AssertionError("prepared a folder atkit was not imported from")
+
+    monkeypatch.setattr(colab, "prepare", forbidden)
+    monkeypatch.setenv("AT_PRESET", "ci")
+    assert runtime.setup(clone="at-repo").preset == "ci"

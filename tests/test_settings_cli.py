@@ -838,6 +838,8 @@ def test_the_setup_cells_line_and_the_facts_the_readme_reads(monkeypatch):
             "device": "cpu",
             "machine": machine,
             "torch": version,
+            "cpu": runtime.cpu_name(),  # what decides a CPU run's time
+            "precision": runtime.auto_precision("cpu")[0],
         },
     }
     from nbformat.v4 import new_code_cell, new_notebook, new_output
