@@ -101,9 +101,9 @@ def test_library_lines_keep_their_notebook_line_numbers(lib):
     moved = [(n, line) for n, line in code if md[n - 1] != line]
     assert not moved, f"lines not on their .md line: {moved[:3]}"
     with pytest.raises(lib.ConfigError) as err:
-        lib.run_config("ci", P_drop=1.5)
+        lib.model_config("tiny", P_drop=1.5)
     frames = [f for f in traceback.extract_tb(err.tb) if f.filename == str(MD)]
-    assert [f.name for f in frames][:1] == ["run_config"], frames
+    assert [f.name for f in frames][:1] == ["model_config"], frames
     for frame in frames:
         assert md[frame.lineno - 1].strip() == generated[frame.lineno - 1].strip()
         assert frame.line and frame.line in md[frame.lineno - 1]
