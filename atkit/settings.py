@@ -173,3 +173,27 @@ def check_fields(config) -> None:
                 optional=optional,
                 **f.metadata["check"],
             )
+
+
+def check_named(cls, values: dict) -> None:
+    """Check settings given by name (a dict) as dataclass `cls` would check them when
+    made: an unknown name, a wrong type or a value out of bounds is a ConfigError. A
+    preset's settings are checked this way when the preset is defined."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown {cls.__name__} setting(s) {unknown}; known: {list(known)}"
+        )
+    for name, value in values.items():
+        f = known[name]
+        if "check" in f.metadata:
+            kind, optional = _kind(f.type)
+            check_setting(
+                cls.__name__,
+                name,
+                value,
+                kind,
+                optional=optional,
+                **f.metadata["check"],
+            )
