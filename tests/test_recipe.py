@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from atkit import report, seeds
+from atkit import report, searches, seeds
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
@@ -300,12 +300,14 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
         avg = lib.averaged_model(root / name, h, "cpu", f["n_avg"])
         assert fingerprint(f["weights"]) == fingerprint(avg)
         assert (f["alpha"], f["capped"], f["alpha_cap"]) == (0.0, True, 0.0)
-        assert lib.search_name(f["search"]) == "beam(beam_size=2, alpha=0.0)"
+        name = searches.search_name(f["search"], lib.SEARCHES)
+        assert name == "beam(beam_size=2, alpha=0.0)"
     scored, real = [], lib.bleu
 
     def spy(model, data_, split, search, decode_tokens):
         r = real(model, data_, split, search, decode_tokens)
-        scored.append((fingerprint(model), split, lib.search_name(search), r["bleu"]))
+        name = searches.search_name(search, lib.SEARCHES)
+        scored.append((fingerprint(model), split, name, r["bleu"]))
         return r
 
     monkeypatch.setattr(lib, "bleu", spy)
