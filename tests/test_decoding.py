@@ -581,3 +581,25 @@ def test_translator_counts_subword_pieces_not_words(lib, cfg):
     with pytest.raises(ValueError, match=f"{pieces} ids"):
         translate(words)
     assert isinstance(translate("Ein Hund."), str)
+
+
+# ------------------------------------------------------------------ scoring
+
+
+def test_bleu_by_hand_is_sacrebleus_score(lib):
+    """The arithmetic of "What a BLEU score counts" gives sacreBLEU's own number:
+    for a corpus (also one shorter than its references) and for a sentence."""
+    import sacrebleu
+
+    hyps = ["a dog runs on the grass .", "two men are talking", "a red car"]
+    refs = ["a dog is running on the grass .", "two men talk", "a red car parked"]
+    for pairs in ((hyps, refs), (hyps[2:], refs[2:])):
+        score = sacrebleu.metrics.BLEU().corpus_score(pairs[0], [pairs[1]])
+        p, bp, by_hand = lib.bleu_by_hand(score)
+        assert by_hand == pytest.approx(score.score, abs=1e-9)
+        assert p == pytest.approx(score.precisions, abs=1e-9)
+    assert bp < 1.0  # "a red car" is shorter than its reference
+    one = sacrebleu.metrics.BLEU(effective_order=True).sentence_score(
+        hyps[0], [refs[0]]
+    )
+    assert lib.bleu_by_hand(one)[2] == pytest.approx(one.score, abs=1e-9)
