@@ -841,6 +841,27 @@
     }
   }
 
+  // The searches this page implements (the notebook's SEARCHES of the same names), with
+  // the options each reads from the manifest.
+  const SEARCHES = { greedy: [], beam: ["beam_size", "alpha"] };
+
+  // What is wrong with the manifest's decoding settings (none: []): every search it
+  // records with its options, and max_extra, the §6.1 rule (source length + max_extra).
+  function decodingProblems(manifest) {
+    const problems = [];
+    if (!Number.isInteger(manifest.max_extra) || manifest.max_extra < 0) problems.push(`max_extra=${manifest.max_extra}`);
+    const searches = manifest.searches;
+    if (!searches || typeof searches !== "object") return [...problems, "no searches"];
+    for (const [name, keys] of Object.entries(SEARCHES)) {
+      const options = searches[name];
+      if (options === undefined) continue; // not exported: refused when asked for
+      for (const key of keys) {
+        if (typeof (options && options[key]) !== "number") problems.push(`searches.${name}.${key} is missing`);
+      }
+    }
+    return problems;
+  }
+
   class Translator {
     constructor(data, blob, options) {
       this.data = data;
@@ -882,15 +903,35 @@
       return { words, ids, src: [BOS, ...ids, EOS], unknown };
     }
 
+    // The settings of search `name` (opts.search, default greedy): the manifest's, as
+    // the notebook's SEARCHES record gave them at export; opts.options may change
+    // some (the tests do; the page never does). A search this page does not
+    // implement, or one the model file records no settings for, is refused.
+    searchOptions(name, opts) {
+      if (!Object.hasOwn(SEARCHES, name)) {
+        throw new InputError(`This page does not implement the search "${name}"; it implements ` +
+                             `${Object.keys(SEARCHES).join(" and ")}.`);
+      }
+      const recorded = this.manifest.searches[name];
+      if (!recorded) {
+        throw new InputError(`The ${this.direction} model file records no settings for the search "${name}" ` +
+                             "(its manifest's searches); export it again with python -m tools.export_model.");
+      }
+      const options = Object.assign({}, recorded, opts && opts.options);
+      const unknown = Object.keys(options).filter((k) => !SEARCHES[name].includes(k));
+      if (unknown.length) throw new InputError(`The search "${name}" has no option ${unknown.join(", ")}.`);
+      return options;
+    }
+
     * decode(text, opts) {
       const t0 = performance.now();
+      const search = (opts && opts.search) || "greedy", options = this.searchOptions(search, opts);
       const s = this.source(text);
-      const limit = Math.min(this.model.maxLen, s.src.length + 50); // §6.1, per sentence
-      const beam = opts && opts.search === "beam";
-      const k = (opts && opts.beamSize) || 4, alpha = opts && opts.alpha !== undefined ? opts.alpha : this.manifest.alpha;
-      const out = yield* (beam ? this.model.beam(s.src, limit, k, alpha) : this.model.greedy(s.src, limit));
+      const limit = Math.min(this.model.maxLen, s.src.length + this.manifest.max_extra); // §6.1, per sentence
+      const out = yield* (search === "beam" ? this.model.beam(s.src, limit, options.beam_size, options.alpha)
+        : this.model.greedy(s.src, limit));
       const tokens = this.bpe.decode(out);
-      return Object.assign(s, { out, tokens, text: this.detokenize(tokens), limit, beam, alpha: beam ? alpha : null,
+      return Object.assign(s, { out, tokens, text: this.detokenize(tokens), limit, search, options,
                                  hitLimit: out.length + 1 >= limit, ms: performance.now() - t0 });
     }
 
@@ -1001,13 +1042,18 @@
     if (problems.length) {
       throw new Error(`${file} is damaged: its tensors do not fit its manifest's settings (${problems.join("; ")}); ${restore}.`);
     }
+    const decoding = decodingProblems(meta.manifest);
+    if (decoding.length) {
+      throw new Error(`${file} has no usable decoding settings in its manifest (${decoding.join("; ")}): ` +
+                      "export it again with python -m tools.export_model.");
+    }
     let blob = fromBase64(data.data);
     if (meta.encoding === "deflate") blob = await inflate(blob);
     if (blob.length !== meta.size) throw new Error(`${file} is damaged: ${blob.length} bytes of data, ${meta.size} expected; ${restore}.`);
     return new Translator(Object.assign({ format: data.format, direction }, meta), blob, options);
   }
 
-  root.atkitTranslator = { load, InputError, SpacyTokenizer, SentencePieceBPE, Transformer, fromBase64, inflate };
+  root.atkitTranslator = { load, InputError, SEARCHES, SpacyTokenizer, SentencePieceBPE, Transformer, fromBase64, inflate };
 })(typeof globalThis !== "undefined" ? globalThis : this);
 
 // Node (the unit tests in tests/js) loads this file as a CommonJS module: the same API.

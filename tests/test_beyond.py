@@ -138,7 +138,8 @@ def test_tied_bpe_model_trains_and_translates_with_part3_code(lib, bpe_data, bpe
     assert isinstance(out, str) and "<s>" not in out and "\u2581" not in out
     sources = [s for s, _ in bpe_data.val[:6]]
     greedy = lib.translate_ids(model, sources, decode_tokens=60)
-    assert lib.translate_ids(model, sources, 60, search=lib.beam(1)) == greedy
+    one = lib.make_search("beam", beam_size=1)
+    assert lib.translate_ids(model, sources, 60, search=one) == greedy
 
 
 def test_bpe_checkpoint_carries_and_restores_the_vocabulary(

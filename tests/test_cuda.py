@@ -389,7 +389,7 @@ def test_decoding_on_cuda(lib):
     model = lib.make_model(16, 16, "tiny", N=1, d_model=32, d_ff=64, h=2, max_len=64)
     model.to(cuda()).eval()
     sources = [lib.frame([5, 6, 7, 8]), lib.frame([9, 4]), lib.frame([4] * 12)]
-    for search in (lib.greedy_decode, lib.beam(3, 0.6)):
+    for search in (lib.greedy_decode, lib.make_search("beam", beam_size=3)):
         out = lib.translate_ids(model, sources, search=search)
         assert len(out) == 3
         for src, ids in zip(sources, out, strict=True):

@@ -1,7 +1,7 @@
 """Decoding: one contract that every search of the notebook's SEARCHES keeps, the
 searches' own properties (greedy, beam search, the decoding cache), and the checks of
 what a reader hands the decoding entry points (translate_ids, translate_texts,
-Translator, make_search, beam).
+Translator, make_search and the searches' records).
 
 The contract, for any model, on a padded batch with one length limit per sentence:
 
@@ -12,7 +12,9 @@ The contract, for any model, on a padded batch with one length limit per sentenc
 * batch independence: a sentence decodes the same alone and in any batch;
 * the cache: CachedDecoderStepper gives the tokens of DecoderStepper, the definition.
 
-A new search added to SEARCHES is tested by the contract without a change here.
+The contract runs each search at its record's defaults, and (on random models) with
+each option at its bounds and beyond its default (`option_values`): a new search
+added to SEARCHES, with options of its own, is tested without a change here.
 """
 
 import copy
@@ -21,6 +23,8 @@ import math
 
 import pytest
 
+from atkit import searches
+from atkit.searches import PrefixModel
 from conftest import lazy, needs
 from tools import train as cli
 
@@ -98,6 +102,20 @@ def check_layout(lib, out, limits):
     return lengths
 
 
+def option_values(record) -> list[dict]:
+    """The defaults ({}), then each option alone at its low bound (half its default
+    where it has none) and beyond its default (twice it, plus one, within its high
+    bound): what the contract on random models runs for every search."""
+    out = [{}]
+    for name, bounds in record.options.items():
+        default = record.defaults()[name]
+        low = default / 2 if bounds.low is None else bounds.low
+        high = default * 2 + 1
+        high = high if bounds.high is None else min(high, bounds.high)
+        out += [{name: low}, {name: type(default)(high)}]
+    return out
+
+
 # ------------------------------------------------------------------ the contract
 
 
@@ -152,19 +170,28 @@ def test_a_limit_of_one_is_the_start_symbol_alone(lib, half_copy, search_name):
 
 
 def test_searches_are_chosen_by_name(lib):
-    """SEARCHES maps names to makers; make_search checks the name; search_name says
-    which search and options a function is (tools.train records it); the command
-    line offers exactly these names."""
+    """SEARCHES maps names to records; make_search checks the name and the options;
+    search_name says which search and options a function is (tools.train records
+    it); the command line offers exactly these names."""
     assert lib.make_search("greedy") is lib.greedy_decode
-    assert lib.search_name(lib.make_search("greedy")) == "greedy"
+    assert searches.search_name(lib.make_search("greedy"), lib.SEARCHES) == "greedy"
     three = lib.make_search("beam", beam_size=3, alpha=0.0)
-    assert lib.search_name(three) == "beam(beam_size=3, alpha=0.0)"
-    for name in lib.SEARCHES:
-        assert lib.search_name(lib.make_search(name)).startswith(name)
+    assert searches.search_name(three, lib.SEARCHES) == "beam(beam_size=3, alpha=0.0)"
+    assert searches.search_name(lib.make_search("beam"), lib.SEARCHES) == (
+        "beam(beam_size=4, alpha=0.6)"  # the paper's, from beam_search's defaults
+    )
+    for name, record in lib.SEARCHES.items():
+        made = lib.make_search(name)
+        assert searches.search_name(made, lib.SEARCHES).startswith(name)
+        assert getattr(made, "keywords", {}) == record.defaults()
     with pytest.raises(lib.ConfigError, match="greedy"):
         lib.make_search("sampling")
-    with pytest.raises(TypeError):
+    with pytest.raises(
+        lib.ConfigError, match=r"greedy has no option\(s\) \['beam_size'\]"
+    ):
         lib.make_search("greedy", beam_size=3)
+    with pytest.raises(lib.ConfigError, match=r"options: \['beam_size', 'alpha'\]"):
+        lib.make_search("beam", width=3)
     parser = cli.make_parser(tuple(lib.SEARCHES))
     choices = next(a for a in parser._actions if a.dest == "search").choices
     assert tuple(choices) == tuple(lib.SEARCHES)
@@ -233,9 +260,7 @@ def test_the_cache_follows_the_beams_on_random_models(lib, norm, search_name):
     src = torch.randint(3, 13, (6, 8), generator=gen)
     src[3:, 5:] = 0  # padding
     mask = (src != 0).unsqueeze(-2)
-    options = [{}] if search_name == "greedy" else [{}, {"beam_size": 1}]
-    options += [{"beam_size": 5}] if search_name == "beam" else []
-    for kw in options:
+    for kw in option_values(lib.SEARCHES[search_name]):
         search = lib.make_search(search_name, **kw)
         cached = search(model, src, mask, 20, 1, 2, stepper=lib.CachedDecoderStepper)
         plain = search(model, src, mask, 20, 1, 2, stepper=lib.DecoderStepper)
@@ -276,30 +301,6 @@ def test_greedy_and_beam_copy_with_the_trained_copy_model(lib, copy_model):
     beam4 = lib.beam_search(copy_model, fresh.src, fresh.src_mask, 10, 1, None, 4)
     for out in (greedy, beam4):
         assert int((out == fresh.src).all(1).sum()) == 16
-
-
-class PrefixModel:
-    """A hand-built 'model': next-token log-probabilities looked up from the prefix.
-
-    `table(first_source_id, prefix)` gives the probabilities; encode passes the source
-    through, so sentences in one batch can have different tables.
-    """
-
-    def __init__(self, table):
-        self.table = table
-
-    def encode(self, src, src_mask):
-        return src.float().unsqueeze(-1)  # (B, S, 1)
-
-    def decode(self, memory, src_mask, ys, tgt_mask):
-        rows = [
-            self.table(int(m[0, 0]), tuple(y[1:]))
-            for m, y in zip(memory, ys.tolist(), strict=True)
-        ]
-        return torch.tensor(rows, dtype=torch.float).log().unsqueeze(1)  # (B, 1, V)
-
-    def generator(self, x):
-        return x[:, -1] if x.dim() == 3 else x
 
 
 S, E, A, B = 0, 1, 2, 3
@@ -403,6 +404,44 @@ def test_beam_batched_over_hand_built_tables_equals_one_by_one(lib):
         assert (batched[i, one.size(1) :] == E).all()
 
 
+def test_sampling_is_seeded_and_follows_the_temperature(lib):
+    """The same seed gives the same tokens; a low temperature is greedy on the hand
+    model, a high one draws B (probability 0.4) often; never <s>."""
+    model = PrefixModel(greedy_trap)
+    src, mask = torch.full((200, 3), 5), torch.ones(200, 1, 3, dtype=torch.bool)
+    src[:, 0] = torch.arange(200)  # 200 sentences: 200 random streams
+
+    def firsts(**options):
+        out = lib.make_search("sample", **options)(model, src, mask, 6, S, E)
+        assert (out[:, 1:] != S).all()
+        return out[:, 1].tolist()
+
+    one = firsts(seed=1)
+    assert firsts(seed=1) == one and firsts(seed=2) != one
+    assert 0.5 < one.count(A) / 200 < 0.7  # about 0.6
+    assert firsts(temperature=0.05).count(A) == 200
+    assert 0.3 < firsts(temperature=20.0).count(B) / 200 < 0.5  # about 0.33
+
+
+def test_a_search_record_takes_its_defaults_from_its_function():
+    from atkit.searches import Option, Search
+
+    def decode(model, src, mask, max_len, start, end, width=3, stepper=None):
+        return (width,)
+
+    record = Search(decode, {"width": Option(low=1)})
+    assert record.defaults() == {"width": 3}
+    assert searches.manifest_entry({"w": record}, "w") == {"width": 3}
+    assert searches.manifest_entry({"w": record}, "w", width=5) == {"width": 5}
+    assert (
+        searches.search_name(record.make("w", width=5), {"w": record}) == "w(width=5)"
+    )
+    with pytest.raises(ValueError, match=r"w.width=0: must be an integer >= 1"):
+        record.make("w", width=0)
+    with pytest.raises(TypeError, match="keyword parameter depth"):
+        Search(decode, {"depth": Option(low=1)})
+
+
 def test_length_penalty_formula(lib):
     assert lib.length_penalty(1, 0.6) == pytest.approx(1.0)
     assert lib.length_penalty(7, 0.0) == 1.0
@@ -441,26 +480,24 @@ def translate(lib, data, words_model):
 )
 def test_bad_beam_settings(lib, beam_size, alpha, word):
     with pytest.raises(lib.ConfigError, match=word) as err:
-        lib.beam(beam_size=beam_size, alpha=alpha)
+        lib.make_search("beam", beam_size=beam_size, alpha=alpha)
     if beam_size == 100_000:
         assert f"<= {lib.MAX_BEAM}" in str(err.value)
-        return
-    with pytest.raises(lib.ConfigError, match=word):
-        lib.make_search("beam", beam_size=beam_size, alpha=alpha)
 
 
 def test_decoding_entry_points_refuse_what_is_not_a_search(lib, data, words_model):
     model, vs, vt = words_model, data.vocab_src, data.vocab_tgt
     ids = [[lib.BOS, 5, lib.EOS]]
     for call in (
-        lambda: lib.Translator(model, vs, vt, search=lib.beam),  # the maker
-        lambda: lib.translate_ids(model, ids, search=lib.beam),
+        lambda: lib.Translator(model, vs, vt, search=lib.SEARCHES["beam"]),  # record
+        lambda: lib.translate_ids(model, ids, search=lib.SEARCHES["beam"]),
         lambda: lib.translate_texts(model, ["Ein Hund"], vs, vt, search="beam"),
-        lambda: lib.bleu(model, data, "val", search=lib.beam),
+        lambda: lib.bleu(model, data, "val", search=lib.length_penalty),
     ):
         with pytest.raises(TypeError, match=r"make_search\('beam'"):
             call()
-    assert lib.translate_ids(model, ids, decode_tokens=10, search=lib.beam(2, 0.6))
+    beam = lib.make_search("beam", beam_size=2)
+    assert lib.translate_ids(model, ids, decode_tokens=10, search=beam)
 
 
 def test_translate_ids_refuses_what_it_cannot_decode(lib, words_model):
@@ -544,3 +581,25 @@ def test_translator_counts_subword_pieces_not_words(lib, cfg):
     with pytest.raises(ValueError, match=f"{pieces} ids"):
         translate(words)
     assert isinstance(translate("Ein Hund."), str)
+
+
+# ------------------------------------------------------------------ scoring
+
+
+def test_bleu_by_hand_is_sacrebleus_score(lib):
+    """The arithmetic of "What a BLEU score counts" gives sacreBLEU's own number:
+    for a corpus (also one shorter than its references) and for a sentence."""
+    import sacrebleu
+
+    hyps = ["a dog runs on the grass .", "two men are talking", "a red car"]
+    refs = ["a dog is running on the grass .", "two men talk", "a red car parked"]
+    for pairs in ((hyps, refs), (hyps[2:], refs[2:])):
+        score = sacrebleu.metrics.BLEU().corpus_score(pairs[0], [pairs[1]])
+        p, bp, by_hand = lib.bleu_by_hand(score)
+        assert by_hand == pytest.approx(score.score, abs=1e-9)
+        assert p == pytest.approx(score.precisions, abs=1e-9)
+    assert bp < 1.0  # "a red car" is shorter than its reference
+    one = sacrebleu.metrics.BLEU(effective_order=True).sentence_score(
+        hyps[0], [refs[0]]
+    )
+    assert lib.bleu_by_hand(one)[2] == pytest.approx(one.score, abs=1e-9)

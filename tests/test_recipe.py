@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from atkit import config, report, seeds
+from atkit import config, report, searches, seeds
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
@@ -346,12 +346,14 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     ]
     assert fingerprint(f["weights"]) == avg(want, f["n_avg"])
     assert (f["alpha"], f["capped"], f["alpha_cap"]) == (0.0, True, 0.0)
-    assert lib.search_name(f["search"]) == "beam(beam_size=2, alpha=0.0)"
+    name = searches.search_name(f["search"], lib.SEARCHES)
+    assert name == "beam(beam_size=2, alpha=0.0)"
     scored = []
 
     def spy(model, data_, split, search, decode_tokens):
         r = real(model, data_, split, search, decode_tokens)
-        scored.append((fingerprint(model), split, lib.search_name(search), r["bleu"]))
+        name = searches.search_name(search, lib.SEARCHES)
+        scored.append((fingerprint(model), split, name, r["bleu"]))
         return r
 
     nb = dataclasses.replace(lib.NOTEBOOK, bleu=spy)

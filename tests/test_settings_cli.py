@@ -254,7 +254,7 @@ def test_the_copy_task_honours_tie_and_refuses_what_it_has_not(lib):
 def test_the_program_trains_scores_and_writes_its_results(lib, tmp_path, capsys):
     out = tmp_path / "results.json"
     args = ["--preset", "ci", "--ckpt-dir", str(tmp_path), "--out", str(out)]
-    args += ["--search", "beam", "--beam-size", "2"]
+    args += ["--search", "beam", "--search-set", "beam_size=2"]
     for setting in ("n_train=48", "n_eval=8", "steps=4", "eval_every=4"):
         args += ["--set", setting]
     status, printed, _ = run_program([*args, "--set", "d_model=32"], capsys)
@@ -408,13 +408,28 @@ def _no_cuda(monkeypatch):
         # flags and the environment
         (lambda t: ["--timeout-s", "0"], ["--timeout-s", "> 0"]),
         (lambda t: ["--timeout-s", "inf"], ["--timeout-s", "> 0"]),
-        (lambda t: ["--beam-size", "2"], ["--beam-size", "--search beam"]),
-        (lambda t: ["--alpha", "0.6"], ["--alpha", "--search beam"]),
         (
-            lambda t: ["--search", "beam", "--beam-size", "100000"],
+            lambda t: ["--search-set", "beam_size=2"],
+            ["search greedy has no option(s) ['beam_size']", "options: none"],
+        ),
+        (
+            lambda t: ["--search", "beam", "--search-set", "width=2"],
+            ["no option(s) ['width']", "options: ['beam_size', 'alpha']"],
+        ),
+        (
+            lambda t: ["--search", "beam", "--search-set", "beam_size=100000"],
             ["beam_size=100000", "<= 256"],
         ),
-        (lambda t: ["--search", "beam", "--alpha", "nan"], ["alpha=nan"]),
+        (lambda t: ["--search", "beam", "--search-set", "alpha=nan"], ["alpha=nan"]),
+        (
+            lambda t: ["--search", "sample", "--search-set", "temperature=0"],
+            ["temperature=0", ">= 0.05"],
+        ),
+        (
+            lambda t: ["--search", "beam"] + ["--search-set", "alpha=1"] * 2,
+            ["--search-set ['alpha']", "more than once"],
+        ),
+        (lambda t: ["--search-set", "alpha"], ["--search-set", "expected key=value"]),
         (lambda t: ["--search", "bogus"], ["--search", "invalid choice"]),
         (lambda t: ["--ckpt-dir", ""], ["--ckpt-dir", "empty path"]),
         # the results file: checked, and probed with a real file

@@ -552,3 +552,29 @@ def test_load_check_starts_spinning_processes_at_nice_19_in_sessions_of_their_ow
     finally:
         load_check.stop_load(procs)
     assert [p.returncode for p in procs] == [-9, -9]
+
+
+def test_run_tool_prints_the_output_and_raises_the_error(monkeypatch, capsys):
+    """atkit.programs.run_tool: `python -m <module> args` with this interpreter, its
+    arguments as strings; the output printed, a failure raised with its stderr."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from atkit import programs
+
+    calls = []
+
+    def fake(cmd, **kw):
+        calls.append(cmd)
+        code = 3 if "--bad" in cmd else 0
+        return subprocess.CompletedProcess(cmd, code, "out\n", "the reason\n")
+
+    monkeypatch.setattr(programs.subprocess, "run", fake)
+    assert programs.run_tool("tools.x", "--n", 2, Path("a b")) is None
+    assert calls[0] == [sys.executable, "-m", "tools.x", "--n", "2", "a b"]
+    assert capsys.readouterr().out == "out\n"
+    with pytest.raises(
+        programs.ToolError, match=r"tools.x failed \(exit 3\): the reason"
+    ):
+        programs.run_tool("tools.x", "--bad")

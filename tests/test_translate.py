@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from atkit import searches
 from conftest import lazy, needs, quiet
 from tools import errors
 
@@ -104,8 +105,10 @@ def reference(lib, exported):
     sources = [lib.frame(vocab.encode(w)) for w in words[:N_GREEDY]]
     greedy = lib.translate_ids(model, sources)
     beam = {  # the run's alpha, and a large one that changes most outputs
-        alpha: lib.translate_ids(model, sources[:N_BEAM], search=lib.beam(4, alpha))
-        for alpha in (manifest["alpha"], 3.0)
+        alpha: lib.translate_ids(
+            model, sources[:N_BEAM], search=lib.make_search("beam", alpha=alpha)
+        )
+        for alpha in (manifest["searches"]["beam"]["alpha"], 3.0)
     }
     return {
         "texts": texts,
@@ -210,7 +213,8 @@ IN_PAGE_TOKENIZE = """async (texts) => {
 IN_PAGE_TRANSLATE = """async ([texts, search, alpha]) => {
   const tr = await atkitPage.translator("de-en");
   return texts.map((t) => {
-    const r = tr.translateSync(t, alpha === undefined ? { search } : { search, alpha });
+    const options = alpha === undefined ? {} : { alpha };
+    const r = tr.translateSync(t, { search, options });
     return [r.out, r.text];
   });
 }"""
@@ -476,7 +480,10 @@ def test_the_manifest_records_the_snapshots_averaged(lib, run_dir, tmp_path):
 def test_manifest_and_the_notebook_loader(lib, run_dir, exported, reference):
     man = reference["manifest"]
     assert man["n_avg"] == 2 and len(man["averaged_steps"]) == 2
-    assert man["preset"] == "ci" and man["alpha"] == 1.0 and man["quant"] == "int8"
+    assert man["preset"] == "ci" and man["quant"] == "int8"
+    beam = dict(lib.SEARCHES["beam"].defaults(), alpha=1.0)  # the record's defaults
+    assert man["searches"] == {"greedy": {}, "beam": beam}
+    assert man["max_extra"] == lib.MAX_EXTRA
     bleu = man["bleu"]
     for search in ("greedy", "beam"):
         assert (
@@ -904,7 +911,8 @@ def test_an_exported_model_is_loaded_as_the_page_computes_with_it(
         r = real(model, data, split, search, decode_tokens)
         weights = sum(v.double().sum().item() for v in model.state_dict().values())
         text, sources = data.text[split], data.sources[split]
-        scored.append((lib.search_name(search), (text, sources), r["bleu"], weights))
+        name = searches.search_name(search, lib.SEARCHES)
+        scored.append((name, (text, sources), r["bleu"], weights))
         return r
 
     monkeypatch.setattr(lib, "bleu", spy)
@@ -962,7 +970,7 @@ def test_export_models_command_line(lib, small_run, tmp_path, capsys):
     argv = ["--ckpt-dir", str(folder), "--out", str(out), "--preset", "ci"]
     assert export_model.main([*argv, "--no-bleu", "--alpha", "0.5"]) == 0
     manifest = export.read_model(out / "translate" / "de-en.js").manifest
-    assert manifest["alpha"] == 0.5 and "bleu" not in manifest
+    assert manifest["searches"]["beam"]["alpha"] == 0.5 and "bleu" not in manifest
     assert (out / "translate.html").is_file()
     capsys.readouterr()
     assert export_model.main(["--page-only", "--out", str(out)]) == 0

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import config, export
+from atkit import config, export, searches
 from atkit.files import probe_writable, writable_folder
 from tools.errors import UsageError, run_main
 
@@ -72,14 +72,23 @@ def test_data(lib, cfg, vocab, root=None, n=None):
     return lib.TranslationData(vocab, vocab, [], [], sources, {SPLIT: text}, src_lang)
 
 
-def scores(lib, model, data, alpha, beam_size) -> dict:
-    """test_2016 BLEU, greedy and beam search, with the notebook's code."""
+def page_searches(lib, alpha) -> dict:
+    """The searches the page offers, with their settings as the manifest records
+    them (the page reads them from there only): greedy, and beam search with the
+    run's `alpha` and the other options at their defaults in the notebook's record."""
+    beam = {} if alpha is None else {"alpha": alpha}
+    return {
+        "greedy": searches.manifest_entry(lib.SEARCHES, "greedy"),
+        "beam": searches.manifest_entry(lib.SEARCHES, "beam", **beam),
+    }
+
+
+def scores(lib, model, data, settings) -> dict:
+    """test_2016 BLEU of each search of `settings` (name -> options), with the
+    notebook's code."""
     out = {}
-    for name, search in (
-        ("greedy", lib.greedy_decode),
-        ("beam", lib.beam(beam_size, alpha)),
-    ):
-        r = lib.bleu(model, data, SPLIT, search)
+    for name, options in settings.items():
+        r = lib.bleu(model, data, SPLIT, lib.make_search(name, **options))
         out[name] = {"bleu": round(r["bleu"], 2), "ratio": round(r["ratio"], 3)}
     return out
 
@@ -159,7 +168,6 @@ def export_run(
     preset,
     *,
     quant="int8",
-    beam_size=4,
     bleu=True,
     n_eval=None,
     root=None,
@@ -202,8 +210,8 @@ def export_run(
         "best_step": history["best_step"],
         "n_avg": len(steps),  # what was averaged, not what was asked for
         "averaged_steps": steps,
-        "alpha": alpha,
-        "beam_size": beam_size,
+        "searches": page_searches(lib, alpha),  # name -> options, from SEARCHES
+        "max_extra": lib.MAX_EXTRA,  # an output at most this much longer (§6.1)
         "quant": quant,
         "config": cfg.to_dict(),
     }
@@ -215,8 +223,8 @@ def export_run(
         data = test_data(lib, cfg, vocab, root, n_eval)
         manifest["bleu"] = {
             "split": SPLIT,
-            "pytorch": scores(lib, model, data, alpha, beam_size),
-            "exported": scores(lib, exported, data, alpha, beam_size),
+            "pytorch": scores(lib, model, data, manifest["searches"]),
+            "exported": scores(lib, exported, data, manifest["searches"]),
         }
         log(f"scored both on {SPLIT} in {time.perf_counter() - start:.0f} s")
     spacy = export.spacy_rules(cfg.src_lang)
@@ -244,9 +252,9 @@ def export_run(
     )
     if bleu:
         b = manifest["bleu"]
-        for name in ("greedy", "beam"):
+        for name, options in manifest["searches"].items():
             p, e = b["pytorch"][name]["bleu"], b["exported"][name]["bleu"]
-            label = "greedy" if name == "greedy" else f"beam {beam_size}, alpha {alpha}"
+            label = ", ".join([name, *(f"{k} {v}" for k, v in options.items())])
             log(
                 f"{SPLIT} BLEU, {label}: PyTorch {p:.2f}, exported {e:.2f} "
                 f"({e - p:+.2f})"
@@ -338,7 +346,7 @@ def describe(models) -> str:
             e = man["bleu"]["exported"]
             line += (
                 f"; test_2016 BLEU {e['greedy']['bleu']:.2f} greedy, "
-                f"{e['beam']['bleu']:.2f} beam {man['beam_size']}"
+                f"{e['beam']['bleu']:.2f} beam {man['searches']['beam']['beam_size']}"
             )
         lines.append(line)
     return "\n".join(lines) or "no model exported yet"
@@ -360,7 +368,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--ckpt-dir", type=Path, help="a run folder of the notebook")
     ap.add_argument("--n-avg", type=int, default=1, help="snapshots averaged (1)")
-    ap.add_argument("--alpha", type=float, default=0.6, help="the beam's alpha")
+    ap.add_argument(
+        "--alpha", type=float, default=None, help="the beam's alpha (the record's)"
+    )
     config.add_preset_option(ap, default=config.publisher(), help="the run's preset")
     ap.add_argument("--out", type=Path, default=DOCS, help="folder of the page")
     ap.add_argument("--quant", choices=export.QUANTS, default="int8")
@@ -373,7 +383,8 @@ def main(argv=None) -> int:
         return 0
     if args.ckpt_dir is None:
         ap.error("--ckpt-dir is needed (or --page-only)")
-    if args.n_avg < 1 or not math.isfinite(args.alpha) or args.alpha < 0:
+    alpha = 0.0 if args.alpha is None else args.alpha
+    if args.n_avg < 1 or not math.isfinite(alpha) or alpha < 0:
         ap.error("--n-avg must be >= 1 and --alpha a number >= 0")
     import nbexport
     from atkit import runtime

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from atkit import attention_view
+from atkit import attention_view, searches
 from atkit.files import write_text_atomic
 from tools.errors import run_main
 
@@ -241,7 +241,7 @@ def cases(lib, model_path: Path) -> dict:
         {"ids": i, "tokens": vocab.decode(i), "text": lib.detokenize(vocab.decode(i))}
         for i in id_lists
     ]
-    limit_of = lambda src: min(cfg.model.max_len, len(src) + 50)
+    limit_of = lambda src: min(cfg.model.max_len, len(src) + lib.MAX_EXTRA)
     short = [lib.frame(i) for i in ids if 0 < len(i) <= 16]  # small files
     greedy, beam = [], []
     for norm, m in models.items():
@@ -388,8 +388,11 @@ def model_file(lib) -> str:
     manifest = {
         "what": "a tiny untrained model for the JavaScript unit tests",
         "preset": "ci",
-        "alpha": 0.6,
-        "beam_size": 4,
+        "searches": {  # the records' defaults, as tools.export_model writes them
+            name: searches.manifest_entry(lib.SEARCHES, name)
+            for name in ("greedy", "beam")
+        },
+        "max_extra": lib.MAX_EXTRA,
         "quant": "int8",
         "config": cfg.to_dict(),
     }

@@ -3,11 +3,13 @@
     python -m tools.train --preset cpu                     # Part 3's model
     python -m tools.train --preset ci --set steps=50 --set n_train=200
     python -m tools.train --preset cpu --set vocab='bpe' --set tie='all' --search beam
+    python -m tools.train --preset ci --search beam --search-set alpha=1.0
     torchrun --standalone --nproc_per_node=2 -m tools.train --task copy --device cpu
 
 It trains a task (`multi30k`, or Part 5's `copy` task) in a preset with any setting
 changed by `--set key=value`, resumes an interrupted run, scores a Multi30k model with
-sacreBLEU (the search named by `--search`, from the notebook's SEARCHES), and writes its
+sacreBLEU (the search named by `--search`, from the notebook's SEARCHES, its options
+from `--search-set` checked against the search's record), and writes its
 figures to a JSON file. The code it runs is the notebook's, imported from the module
 that nbexport.py generates, so this trains exactly what the notebook trains.
 
@@ -31,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import config, runtime
+from atkit import config, runtime, searches
 from atkit.files import check_writable, writable_folder, write_text_atomic
 from tools.errors import UsageError, run_main
 
@@ -141,8 +143,16 @@ def make_parser(searches=("greedy", "beam")) -> argparse.ArgumentParser:
         default="greedy",
         help="how the scores decode (the notebook's SEARCHES)",
     )
-    p.add_argument("--beam-size", type=int, default=None, help="--search beam only")
-    p.add_argument("--alpha", type=float, default=None, help="--search beam only")
+    p.add_argument(
+        "--search-set",
+        dest="search_options",
+        action="append",
+        default=[],
+        type=parse_setting,
+        metavar="KEY=VALUE",
+        help="an option of the search, within the bounds of its record in SEARCHES "
+        "(beam: beam_size, alpha); repeatable",
+    )
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument(
         "--timeout-s",
@@ -230,10 +240,10 @@ def check_args(args, preset) -> None:
         raise UsageError("--device cuda, but PyTorch sees no CUDA device here")
     if "WORLD_SIZE" in os.environ and "LOCAL_RANK" not in os.environ:
         raise UsageError("WORLD_SIZE is set but LOCAL_RANK is not: start with torchrun")
-    beam = {"--beam-size": args.beam_size, "--alpha": args.alpha}
-    given = [flag for flag, value in beam.items() if value is not None]
-    if given and args.search != "beam":
-        raise UsageError(f"{' and '.join(given)} need --search beam")
+    keys = [k for k, _ in args.search_options]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise UsageError(f"--search-set {twice} given more than once")
 
 
 def check_model_size(lib, model_cfg, n_src: int, n_tgt: int, device) -> None:
@@ -253,11 +263,9 @@ def check_model_size(lib, model_cfg, n_src: int, n_tgt: int, device) -> None:
 
 
 def search_from_args(lib, args):
-    """The decoding function the scores use (the notebook checks its options)."""
-    options = {"beam_size": args.beam_size, "alpha": args.alpha}
-    return lib.make_search(
-        args.search, **{k: v for k, v in options.items() if v is not None}
-    )
+    """The decoding function the scores use: the options are checked against the
+    search's record in the notebook's SEARCHES (names and bounds)."""
+    return lib.make_search(args.search, **dict(args.search_options))
 
 
 # ------------------------------------------------------------------ the run
@@ -350,7 +358,7 @@ def run_results(lib, args, preset, cfg, data, model, history, device) -> dict:
 def scores(lib, ckpt_dir, history, data, cfg, search, device) -> dict:
     """sacreBLEU of the best snapshot on each evaluation split, with `search`."""
     best = lib.best_model(ckpt_dir, history, device)
-    out = {"search": lib.search_name(search)}
+    out = {"search": searches.search_name(search, lib.SEARCHES)}
     for split in lib.EVAL_SPLITS:
         r = lib.bleu(best, data, split, search=search, decode_tokens=cfg.decode_tokens)
         out[f"bleu_{split}"] = round(r["bleu"], 2)

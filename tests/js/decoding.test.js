@@ -55,7 +55,7 @@ for (const wasm of [true, false]) {
       const { text, ...want } = c;
       assert.deepEqual(got, want, JSON.stringify(text));
       assert.deepEqual(r.src, [0, ...c.ids, 1]);
-      assert.ok(!r.beam && r.alpha === null);
+      assert.ok(r.search === "greedy" && Object.keys(r.options).length === 0);
     }
     assert.ok(golden.translate.some((c) => c.hitLimit) && golden.translate.some((c) => !c.hitLimit));
     assert.ok(golden.translate.some((c) => c.unknown.length), "a text with unknown pieces");
@@ -99,9 +99,40 @@ test("translate (in slices, awaited) gives translateSync's result", async () => 
   for (const c of golden.translate.slice(0, 4)) {
     const [a, b] = [await tr.translate(c.text, { sliceMs: 0 }), tr.translateSync(c.text)];
     assert.deepEqual(a.out, b.out);
-    const beam = await tr.translate(c.text, { search: "beam", beamSize: 2, alpha: 1 });
-    assert.equal(beam.beam, true);
-    assert.equal(beam.alpha, 1);
+    const beam = await tr.translate(c.text, { search: "beam", options: { beam_size: 2, alpha: 1 } });
+    assert.equal(beam.search, "beam");
+    assert.deepEqual(beam.options, { beam_size: 2, alpha: 1 });
+  }
+});
+
+test("the decoding settings come from the manifest: beam size, alpha, the length rule", async () => {
+  const edit = (change) => translator.load(withMeta(modelData(), (meta) => change(meta.manifest)), { wasm: false });
+  const text = golden.translate[0].text;
+  const base = (await loadModel({ wasm: false })).translateSync(text, { search: "beam" });
+  assert.deepEqual(base.options, { beam_size: 4, alpha: 0.6 }, "the golden file's manifest");
+  const tr = await edit((m) => { m.searches.beam = { beam_size: 1, alpha: 2.5 }; m.max_extra = 3; });
+  const r = tr.translateSync(text, { search: "beam" });
+  assert.deepEqual(r.options, { beam_size: 1, alpha: 2.5 });
+  assert.equal(r.limit, Math.min(tr.model.maxLen, r.src.length + 3));
+  const greedy = tr.translateSync(text);
+  assert.deepEqual(r.out, greedy.out, "a beam of one (from the manifest) is greedy");
+  assert.ok(greedy.out.length <= r.limit - 1);
+});
+
+test("a search the page does not implement, or the file does not record, is refused", async () => {
+  const tr = await loadModel({ wasm: false });
+  assert.throws(() => tr.translateSync("Ein Hund.", { search: "sample" }), (e) =>
+    e instanceof translator.InputError && /does not implement the search "sample"; it implements greedy and beam/.test(e.message));
+  assert.throws(() => tr.translateSync("Ein Hund.", { search: "beam", options: { width: 3 } }),
+    /has no option width/);
+  const noBeam = await translator.load(withMeta(modelData(), (meta) => { delete meta.manifest.searches.beam; }));
+  assert.throws(() => noBeam.translateSync("Ein Hund.", { search: "beam" }), (e) =>
+    e instanceof translator.InputError && /records no settings for the search "beam"/.test(e.message));
+  assert.deepEqual(noBeam.translateSync("Ein Hund.").search, "greedy");
+  for (const change of [(m) => { delete m.max_extra; }, (m) => { delete m.searches; },
+    (m) => { m.searches.beam = { alpha: 0.6 }; }]) {
+    await assert.rejects(translator.load(withMeta(modelData(), (meta) => change(meta.manifest))),
+      /has no usable decoding settings in its manifest .*export it again/);
   }
 });
 
