@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atkit.files import write_text_atomic
+from atkit.settings import current_config
 
 if TYPE_CHECKING:
     import torch
@@ -491,6 +492,7 @@ def read_manifest(path) -> tuple[str, dict]:
     """(direction, manifest) of a model file, checked (hash, shapes), its weights
     not decoded."""
     obj, meta = _open(Path(path))
+    current_config(meta["manifest"].get("config"))  # an earlier notebook's settings
     return obj["direction"], meta["manifest"]
 
 
@@ -512,6 +514,7 @@ def read_model(path) -> Exported:
             f"{path} is damaged ({type(err).__name__}: {str(err)[:200]}); "
             f"{restore_advice(path)}"
         ) from None
+    current_config(meta["manifest"].get("config"))  # an earlier notebook's settings
     return Exported(
         meta["manifest"], state, proto, meta["spacy"], meta["detokenize"], path
     )
