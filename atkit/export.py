@@ -492,7 +492,6 @@ def read_manifest(path) -> tuple[str, dict]:
     """(direction, manifest) of a model file, checked (hash, shapes), its weights
     not decoded."""
     obj, meta = _open(Path(path))
-    current_config(meta["manifest"].get("config"))  # an earlier notebook's settings
     return obj["direction"], meta["manifest"]
 
 

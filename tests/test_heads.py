@@ -169,3 +169,17 @@ def test_attention_maps_read_part_1s_weights_also_from_a_fast_model(lib):
         torch.testing.assert_close(got[kind], want[kind])
     assert [type(m) for m in quick.modules()] == kinds and quick.training
     assert want["decoder"][..., 0, 1:].abs().max() == 0, "the causal mask holds"
+
+
+def test_print_shares_prints_one_table_per_pattern_heads_from_one(capsys):
+    from atkit import heads
+
+    stats = {name: torch.full((2, 3), 0.25) for name in PATTERNS}
+    stats["aligned"][1, 2] = 0.5
+    stats["chance"] = dict.fromkeys(PATTERNS, 0.1)
+    heads.print_shares(stats)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("share of query positions whose strongest key is")
+    assert out.count(f"  {'':8}    h1    h2    h3") == 4
+    assert "aligned (decoder-source; chance 10%):" in out
+    assert out[-1] == "  layer 2:   25%   25%   50%"

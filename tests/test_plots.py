@@ -61,3 +61,14 @@ def test_measure_counts_the_flops_of_a_call_and_times_it():
     calls = []
     seconds = measure.fastest(lambda y: calls.append(y), x, repeats=3)
     assert len(calls) == 4 and isinstance(seconds, float)  # a warm-up, three timed
+
+
+def test_show_source_prints_the_code_under_its_full_name(capsys):
+    """What a deep dive shows of atkit: the code the main path calls, not a copy."""
+    from atkit.prose import show_source
+    from atkit.schedule import cooldown_start
+
+    show_source(cooldown_start)
+    out = capsys.readouterr().out
+    assert out.startswith("# atkit.schedule.cooldown_start\ndef cooldown_start(c)")
+    assert "math.floor(round(c.steps * (1 - c.cooldown), 6))" in out
