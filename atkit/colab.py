@@ -1,11 +1,10 @@
-"""The Setup cell's second half where the notebook runs without its repository
-(Colab): the cell clones the repository into at-repo/ (or finds the clone that a
-restarted session left on the disk) and calls `prepare`, which works there from then
-on, brings a kept clone up to date where that is safe, and installs the packages that
-are missing (never PyTorch).
+"""Where the notebook runs without its repository (Colab): the Setup cell clones the
+repository into at-repo/ (unless a restarted session left that clone on the disk), and
+`runtime.setup(clone="at-repo")` calls `prepare`, which works there from then on,
+brings a kept clone up to date where that is safe, and installs the packages that are
+missing (never PyTorch).
 
-Only the standard library here: the cell imports this module before `atkit.runtime`,
-which must be the first to load torch.
+Only the standard library here: `prepare` runs before torch loads.
 """
 
 from __future__ import annotations
@@ -20,9 +19,18 @@ WANTED = {"sentencepiece": "0.2.3", "sacrebleu": "2.6.0", "jupytext": "1.19.6"}
 UPDATE_TIMEOUT_S = 30
 
 
-def prepare(clone: str, kept: bool) -> None:
-    """Work in `clone`; update it if the session found it `kept` on the disk (one
-    line says how that went); install the missing packages."""
+SEEN = "at-prepared"  # in the clone's .git: a session prepared it before
+
+
+def prepare(clone: str, kept: bool | None = None) -> None:
+    """Work in `clone`; update it if it was `kept` from an earlier session (one line
+    says how that went; None: a session that prepared it before left its mark in
+    .git); install the missing packages."""
+    mark = os.path.join(clone, ".git", SEEN)
+    if kept is None:
+        kept = os.path.exists(mark)
+    if os.path.isdir(os.path.dirname(mark)):
+        open(mark, "a").close()
     os.chdir(clone)
     if kept:
         print(update(clone))

@@ -1,4 +1,13 @@
-"""Multi30k task 1, fetched once and checked: the six raw files of the public multi30k
+"""Multi30k task 1 and the data pipeline around the notebook's vocabularies.
+
+The pipeline (the second half of this module): spaCy's rule-based tokenizers (built
+once per language), the tokenized splits (cached: the training split takes seconds and
+Part 4 needs it several times), `prepare_data` (tokenize, build the vocabularies with
+the builder the notebook registered for `cfg.vocab`, frame each sentence with <s> and
+</s>, leave out training pairs longer than `max_sent_len`), the check of the token
+budget, and each epoch's batch order.
+
+The files: the six raw files of the public multi30k
 dataset repository, verified against their SHA-256 digests on every run.
 
 A folder named by $MULTI30K_DIR is checked but never written to. Otherwise the files
@@ -20,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from atkit.files import FolderLock
@@ -42,7 +52,10 @@ MULTI30K_SHA256 = {
     ),
 }
 SPLITS = ("train", "val", "test_2016_flickr")
+EVAL_SPLITS = ("val", "test_2016_flickr")
 LANGS = ("de", "en")
+SPECIALS = ("<s>", "</s>", "<blank>", "<unk>")  # every vocabulary's first four ids
+BOS, EOS, PAD, UNK = range(len(SPECIALS))
 
 
 class DataUnavailableError(RuntimeError):
@@ -280,3 +293,176 @@ def read_split(split: str, root=None) -> tuple[list[str], list[str]]:
     if len(de) != len(en):
         raise ValueError(f"{split}: {len(de)} German but {len(en)} English lines")
     return de, en
+
+
+# ------------------------------------------------------------------ the pipeline
+
+
+@functools.cache
+def tokenizer(lang: str):
+    """spaCy's rule-based tokenizer of `lang` (`spacy.blank`: no model to download)."""
+    import spacy
+
+    return spacy.blank(lang).tokenizer
+
+
+def tokenize_all(lang: str, texts: list[str]) -> list[list[str]]:
+    """Tokenize many sentences at once; runs of spaces are not tokens."""
+    return [
+        [t.text for t in doc if not t.is_space]
+        for doc in tokenizer(lang).pipe(texts, batch_size=1000)
+    ]
+
+
+@functools.lru_cache(maxsize=16)
+def tokenized(split: str, lang: str, n: int | None, root: str) -> list[list[str]]:
+    """spaCy tokens of the first n sentences of one side of a split (cached)."""
+    de, en = read_split(split, root)
+    return tokenize_all(lang, {"de": de, "en": en}[lang][:n])
+
+
+@dataclass
+class TranslationData:
+    vocab_src: object
+    vocab_tgt: object
+    train: list[tuple[list[int], list[int]]]  # framed (source, target) ids
+    val: list[tuple[list[int], list[int]]]  # the same, for the validation loss
+    sources: dict[str, list[list[int]]]  # framed source ids of val and test
+    text: dict[str, tuple[list[str], list[str]]]  # raw (source, reference) lines
+    src_lang: str = "de"
+
+
+def check_itos(itos) -> list[str]:
+    """A vocabulary's list of tokens, checked: the specials first, no duplicates."""
+    itos = list(itos)
+    if tuple(itos[: len(SPECIALS)]) != SPECIALS:
+        raise ValueError(f"a vocabulary starts with the specials {SPECIALS}")
+    if len(set(itos)) != len(itos):
+        raise ValueError("a vocabulary has no duplicates")
+    return itos
+
+
+def frame(ids: list[int]) -> list[int]:
+    return [BOS, *ids, EOS]
+
+
+def other_lang(lang: str) -> str:
+    return LANGS[1 - LANGS.index(lang)]
+
+
+def prepare_data(cfg, root=None, vocabs=None) -> TranslationData:
+    """The data of a RunConfig `cfg`; with `vocabs` (source, target), encoded with
+    those, as a trained model needs, instead of with newly built ones (by the builder
+    of `cfg.vocab`, atkit.config.vocab_kind). Evaluation sentences are never cut."""
+    from atkit.config import ConfigError, vocab_kind
+
+    root = str(data_root(root))
+    src_lang, tgt_lang = cfg.src_lang, other_lang(cfg.src_lang)
+    tok = {lang: tokenized("train", lang, cfg.n_train, root) for lang in LANGS}
+    if vocabs is None:
+        build = vocab_kind(cfg.vocab)[1]
+        vocabs = build(cfg, tok[src_lang], tok[tgt_lang])
+    vs, vt = vocabs
+    train = [
+        (frame(vs.encode(s)), frame(vt.encode(t)))
+        for s, t in zip(tok[src_lang], tok[tgt_lang], strict=True)
+    ]
+    train = [(s, t) for s, t in train if max(len(s), len(t)) <= cfg.max_sent_len]
+    if not train:
+        raise ConfigError(
+            f"RunConfig.max_sent_len={cfg.max_sent_len}: no training pair fits; "
+            "give a larger max_sent_len"
+        )
+    sources, text = {}, {}
+    for split in EVAL_SPLITS:
+        sides = dict(zip(LANGS, read_split(split, root), strict=True))
+        text[split] = (sides[src_lang][: cfg.n_eval], sides[tgt_lang][: cfg.n_eval])
+        src_tok = tokenized(split, src_lang, cfg.n_eval, root)
+        sources[split] = [frame(vs.encode(s)) for s in src_tok]
+    val_tgt = tokenized("val", tgt_lang, cfg.n_eval, root)
+    val = [
+        (s, frame(vt.encode(t))) for s, t in zip(sources["val"], val_tgt, strict=True)
+    ]
+    return TranslationData(vs, vt, train, val, sources, text, src_lang)
+
+
+def learn_bpe(lines: list[str], vocab_size: int) -> bytes:
+    """A sentencepiece BPE model (its bytes) of `vocab_size` pieces learnt from
+    `lines` in memory: every character kept (character_coverage=1.0), the text as it
+    is (no normalisation), the specials at their ids, one thread (the same pieces on
+    every machine). Too many pieces for the text is a ConfigError naming bpe_size."""
+    import io
+
+    import sentencepiece as spm
+
+    from atkit.config import ConfigError
+
+    out = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_writer=out,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            character_coverage=1.0,
+            normalization_rule_name="identity",
+            bos_id=BOS,
+            eos_id=EOS,
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_piece=SPECIALS[BOS],
+            eos_piece=SPECIALS[EOS],
+            pad_piece=SPECIALS[PAD],
+            unk_piece=SPECIALS[UNK],
+            num_threads=1,
+            minloglevel=2,
+        )
+    except RuntimeError as err:  # e.g. more pieces asked for than the text allows
+        raise ConfigError(
+            f"bpe_size={vocab_size}: sentencepiece could not learn that many pieces "
+            f"from this text ({err}); choose another bpe_size"
+        ) from None
+    return out.getvalue()
+
+
+def pair_lengths(pairs) -> list[tuple[int, int]]:
+    """(source, target) lengths as the model sees them: the decoder's input and its
+    labels are the target without its last and without its first id."""
+    return [(len(s), len(t) - 1) for s, t in pairs]
+
+
+def check_token_budget(cfg, pairs) -> None:
+    """A budget that the longest training pair alone exceeds is an error: that pair
+    would be a batch of its own, over the budget, in every epoch."""
+    from atkit.config import ConfigError
+
+    m = cfg.pad_multiple
+    longest = max((-(-max(n) // m) * m for n in pair_lengths(pairs)), default=0)
+    if longest > cfg.max_tokens:
+        raise ConfigError(
+            f"RunConfig.max_tokens={cfg.max_tokens} is less than the longest "
+            f"training sentence, {longest} ids"
+            + (f" (padded to a multiple of pad_multiple={m})" if m > 1 else "")
+            + f": give max_tokens >= {longest}, or a smaller max_sent_len "
+            f"(now {cfg.max_sent_len}) to leave the longer sentences out"
+        )
+
+
+def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:
+    """A permutation of range(n_batches) drawn from (seed, epoch) alone: the same
+    after a restart without being stored, and in every process of a run."""
+    import torch
+
+    gen = torch.Generator().manual_seed((seed * 100_003 + epoch) % 2**63)
+    return torch.randperm(n_batches, generator=gen).tolist()
+
+
+def padding_fraction(pairs, batches) -> float:
+    """The share of padding among the positions the model computes on, over both
+    sides of `batches` (index lists into `pairs`)."""
+    real = padded = 0
+    for batch in batches:
+        for side in (0, 1):
+            lengths = [len(pairs[i][side]) for i in batch]
+            real, padded = real + sum(lengths), padded + len(lengths) * max(lengths)
+    return 1 - real / padded

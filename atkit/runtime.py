@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from atkit.settings import ConfigError
+from atkit import config
 
 if TYPE_CHECKING:
     import torch
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 TORCH_WAS_LOADED = "torch" in sys.modules  # then the line above came too late
 
-PRESET_NAMES = ("ci", "cpu", "gpu")
 PRESET_ENV = "AT_PRESET"
 CHECKPOINTS_ENV = "AT_CHECKPOINTS"
 PROGRESS_ENV = "AT_PROGRESS"
@@ -45,10 +44,7 @@ def choose_preset(env=None) -> str:
 
     env = os.environ if env is None else env
     preset = env.get(PRESET_ENV) or ("gpu" if torch.cuda.is_available() else "cpu")
-    if preset not in PRESET_NAMES:
-        raise ConfigError(
-            f"{PRESET_ENV}={preset!r} is unknown; use one of {PRESET_NAMES}"
-        )
+    config.preset(preset, PRESET_ENV)  # an unknown name is refused, naming the variable
     return preset
 
 
@@ -92,7 +88,7 @@ def check_model_memory(model, device, what: str) -> None:
     n = sum(p.numel() for p in model.parameters())
     need, have = n * TRAINING_BYTES_PER_PARAMETER, device_memory(device)
     if have and need > have:
-        raise ConfigError(
+        raise config.ConfigError(
             f"{what}: {n:,} parameters, at least {need / 2**30:,.1f} GiB to train "
             "(float32 weights, gradients and Adam's two moments), more than the "
             f"{have / 2**30:,.1f} GiB of memory of {torch.device(device)}; give "
@@ -101,11 +97,10 @@ def check_model_memory(model, device, what: str) -> None:
 
 
 def torch_threads(preset: str, processes: int = 1) -> int:
-    """Intra-op threads for one process of a run of `processes` processes: one for the
-    tiny `ci` models, else the cores shared among the processes."""
-    if preset not in PRESET_NAMES:
-        raise ConfigError(f"preset={preset!r} is unknown; use one of {PRESET_NAMES}")
-    if preset == "ci":
+    """Intra-op threads for one process of a run of `processes` processes: one for a
+    preset whose models are too small to split (its record's `one_thread`), else the
+    cores shared among the processes."""
+    if config.preset(preset).one_thread:
         return 1
     return max(1, cores_available() // max(1, processes))
 
@@ -386,11 +381,36 @@ class Runtime:
             "machine": self.machine(),
             "torch": torch.__version__.split("+")[0],
         }
+        if self.device.type == "cpu":  # what decides a CPU run's time
+            facts["cpu"] = cpu_name()
+            facts["precision"] = auto_precision(self.device)[0]
         return {"text/plain": str(self), RUN_MIME: facts}
 
 
-def setup() -> Runtime:
-    """Decide preset, device and threads for this process; returns them."""
+def cpu_name() -> str:
+    """The processor's model name (Linux), else what `platform` says, else "CPU"."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU"
+
+
+def setup(clone: str | None = None) -> Runtime:
+    """Decide preset, device and threads for this process; returns them. With
+    `clone`, the folder the Setup cell cloned the repository into where the
+    notebook runs without it (Colab), and this package imported from there: work
+    in it, update it if a restarted session kept it, and install the missing
+    packages first (`atkit.colab.prepare`)."""
+    if clone and Path(clone).resolve() == Path(__file__).resolve().parents[1]:
+        from atkit import colab
+
+        colab.prepare(clone)
     import torch
 
     preset = choose_preset()

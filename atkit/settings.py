@@ -238,3 +238,27 @@ def current_config(config):
             if name in model and (neutral is None or model[name] == neutral):
                 del model[name]
     return config
+
+
+def check_named(cls, values: dict) -> None:
+    """Check settings given by name (a dict) as dataclass `cls` would check them when
+    made: an unknown name, a wrong type or a value out of bounds is a ConfigError. A
+    preset's settings are checked this way when the preset is defined."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown {cls.__name__} setting(s) {unknown}; known: {list(known)}"
+        )
+    for name, value in values.items():
+        f = known[name]
+        if "check" in f.metadata:
+            kind, optional = _kind(f.type)
+            check_setting(
+                cls.__name__,
+                name,
+                value,
+                kind,
+                optional=optional,
+                **f.metadata["check"],
+            )

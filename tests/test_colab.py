@@ -77,7 +77,8 @@ def test_a_restarted_session_reuses_its_clone_and_updates_it(colab_run):
     code = [c.source for c in colab_run.nb.cells if c.cell_type == "code"]
     resumes = (
         "from atkit import checkpoints\n"
-        "print(checkpoints.resume_state(runtime.checkpoint_root(PRESET) / 'part3')[0])"
+        "root = runtime.checkpoint_root(RUNTIME.preset)\n"
+        "print(checkpoints.resume_state(root / 'part3')[0])"
     )
     again = restarted_session(colab_run.folder, colab_run.repo, [*code[:8], resumes])
     errors = cell_errors(again)

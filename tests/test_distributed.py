@@ -566,8 +566,12 @@ def test_two_processes_against_one_launches_the_copy_task_and_steps_alike(
 
     monkeypatch.setattr(launcher, "launch_torchrun", launch)
     ci = lib.PRESETS["ci"]  # its copy task made small, for the program and the check
-    small = ci.run.updated(**{k: v for k, v in COPY.items() if k != "steps"})
-    monkeypatch.setitem(lib.PRESETS, "ci", dataclasses.replace(ci, run=small))
+    small = {k: v for k, v in COPY.items() if k != "steps"}
+    model_names = {f.name for f in dataclasses.fields(lib.ModelConfig)}
+    model = {**ci.model, **{k: v for k, v in small.items() if k in model_names}}
+    run = {**ci.run, **{k: v for k, v in small.items() if k not in model_names}}
+    small_ci = dataclasses.replace(ci, model=model, run=run)
+    monkeypatch.setitem(lib.PRESETS, "ci", small_ci)
     cfg = lib.run_config("ci", steps=3, eval_every=1, resume_every=3, P_drop=0.0)
     data, worker = lib.copy_task_data(cfg), launcher.worker_code("tools.train")
     two, one = parallel.two_processes_against_one(

@@ -82,6 +82,34 @@ def test_unknown_vocabulary_kinds(lib):
         lib.vocab_from_state({"kind": "chars"})
 
 
+def test_a_vocabulary_kind_used_before_its_part_names_the_cell(lib, monkeypatch):
+    """RunConfig accepts vocab="bpe" from Part 3 on; until Part 4's cell has
+    registered it, building it is refused naming that cell (not a bare KeyError), and
+    the cell named is the one that registers it."""
+    import nbexport
+    from atkit import config
+
+    monkeypatch.delitem(config._VOCABS, "bpe")
+    cfg = lib.run_config("ci", vocab="bpe", tie="all", n_train=50)
+    with pytest.raises(lib.ConfigError) as err:
+        lib.prepare_data(cfg)
+    assert str(err.value) == (
+        "vocab='bpe' is built in Part 4 (§5.1): run Part 4's \"One subword "
+        "vocabulary\" cell first, or use vocab='words'"
+    )
+    with pytest.raises(lib.ConfigError, match="run Part 4's"):
+        lib.vocab_from_state({"kind": "bpe", "model": None})
+    for kind, where in config.VOCAB_KINDS.items():
+        (block,) = [
+            b
+            for b in nbexport.library_blocks()
+            if f'register_vocab("{kind}"' in b.source
+        ]
+        part, section = block.section.split(" › ")[:2]
+        assert part.startswith(where.part.split(" (")[0] + ":"), (kind, part)
+        assert section.startswith(where.cell), (kind, section)
+
+
 def test_vocab_checks_its_list(lib):
     with pytest.raises(ValueError):
         lib.Vocab(["a", "b"])
@@ -101,9 +129,9 @@ def test_bucket_batches(lib, data):
         assert len(b) * longest <= budget or len(b) == 1
     g = torch.Generator().manual_seed(0)
     random = torch.randperm(len(data.train), generator=g).tensor_split(len(batches))
-    bucketed = lib.padding_fraction(data.train, batches)
-    assert bucketed < lib.padding_fraction(data.train, [r.tolist() for r in random])
-    assert bucketed < lib.padding_fraction(data.train, [range(len(data.train))])
+    bucketed = corpus.padding_fraction(data.train, batches)
+    assert bucketed < corpus.padding_fraction(data.train, [r.tolist() for r in random])
+    assert bucketed < corpus.padding_fraction(data.train, [range(len(data.train))])
     b = lib.collate(data.train, batches[0])
     assert b.src.shape[0] == len(batches[0]) and int(b.ntokens) > 0
 

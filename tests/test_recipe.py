@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from atkit import report, schedule, seeds
+from atkit import config, report, schedule, seeds
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
@@ -152,7 +152,7 @@ def test_schedule_helpers_are_eq3_until_the_cooldown_and_zero_at_the_end(lib):
 def test_recipe_runs_change_one_setting_each(lib):
     cfg = lib.run_config("ci", **COPY4)
     en_de = cfg.updated(seed=5)
-    own = lib.RecipeConfig(post_schedule=True, post_factor=0.5, post_warmup=7)
+    own = config.RecipeConfig(post_schedule=True, post_factor=0.5, post_warmup=7)
     runs = table.recipe_runs(cfg, "bpe data", en_de, "en-de data", own)
     assert list(runs) == [
         "part4-bpe-all",
@@ -170,7 +170,7 @@ def test_recipe_runs_change_one_setting_each(lib):
     assert runs["part4-bpe-all-en-de"] == (en_de, "en-de data")
     eq3_en_de = (en_de.updated(cooldown=0.0), "en-de data")
     assert runs["part4-bpe-all-en-de-eq3"] == eq3_en_de
-    without = lib.RecipeConfig(post_schedule=False)
+    without = config.RecipeConfig(post_schedule=False)
     assert "part4-bpe-all-post" not in table.recipe_runs(cfg, 0, en_de, 1, without)
 
 
@@ -190,14 +190,16 @@ def test_choose_alpha_searches_upwards_until_a_larger_alpha_scores_worse(
 
     nb = dataclasses.replace(lib.NOTEBOOK, bleu=bleu)
     run = table.Trained(types.SimpleNamespace(decode_tokens=99), "d")
-    recipe = lib.RecipeConfig(beam_size=3, alphas=(0.0, 0.6), alpha_step=0.4)
+    recipe = config.RecipeConfig(beam_size=3, alphas=(0.0, 0.6), alpha_step=0.4)
     best, sweep, capped = table.choose_alpha("m", run, recipe, nb)
     assert asked == [(3, 0.0), (3, 0.6), (3, 1.0), (3, 1.4), (3, 1.8)]
     assert best == 1.4 and not capped
     assert [row[0] for row in sweep] == [0.0, 0.6, 1.0, 1.4, 1.8]
     assert sweep[3] == (1.4, 30.0, pytest.approx(0.14))
     asked.clear()
-    capped_recipe = lib.RecipeConfig(alphas=(0.0, 0.6), alpha_step=0.4, alpha_cap=1.0)
+    capped_recipe = config.RecipeConfig(
+        alphas=(0.0, 0.6), alpha_step=0.4, alpha_cap=1.0
+    )
     best, sweep, capped = table.choose_alpha("m", run, capped_recipe, nb)
     assert [a for _, a in asked] == [0.0, 0.6, 1.0] and best == 1.0 and capped
 
@@ -217,7 +219,7 @@ def copy_table(lib, tmp_path_factory):
         "part4-bpe-all-en-de": (cfg.updated(seed=1, factor=1e15), data),
     }
     said = []
-    nb, recipe = lib.NOTEBOOK, lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    nb, recipe = lib.NOTEBOOK, config.RecipeConfig(**FAST_RECIPE, post_schedule=False)
     part3 = table.train_or_report(
         cfg.updated(seed=2), data, root / "part3", "cpu", nb, quiet
     )
@@ -267,7 +269,7 @@ def test_train_recipe_branches_eq3_at_the_cooldown_and_reports_a_divergence(
     # trained again, every run is loaded as it is: nothing branches or trains
     again = []
     runs = {name: (t[name].cfg, t[name].data) for name in list(t)[1:3]}
-    recipe = lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    recipe = config.RecipeConfig(**FAST_RECIPE, post_schedule=False)
     table.train_recipe(runs, root, "cpu", lib.NOTEBOOK, recipe, log=again.append)
     assert not any("branched" in str(s) for s in again)
 
@@ -318,7 +320,7 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     lib, copy_table, monkeypatch
 ):
     t, root, data = copy_table.trained, copy_table.root, copy_table.data
-    recipe = lib.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    recipe = config.RecipeConfig(**FAST_RECIPE, post_schedule=False)
     full, alone = "part4-bpe-all", "part4-bpe-all-eq3"
 
     @functools.cache
@@ -481,14 +483,14 @@ def test_the_final_system_is_the_candidate_better_on_val():
 def test_the_eq3_branch_begins_where_the_recipe_says_and_never_after_the_cooldown(lib):
     cfg = lib.run_config("ci", **COPY4).updated(steps=10, cooldown=0.3)
     nb = lib.NOTEBOOK
-    assert table.branch_step(cfg, lib.RecipeConfig(eq3_branch=0.3), nb) == 7
-    assert table.branch_step(cfg, lib.RecipeConfig(eq3_branch=0.5), nb) == 5
+    assert table.branch_step(cfg, config.RecipeConfig(eq3_branch=0.3), nb) == 7
+    assert table.branch_step(cfg, config.RecipeConfig(eq3_branch=0.5), nb) == 5
     with pytest.raises(lib.ConfigError, match="eq3_branch=0.2 is shorter than"):
-        table.branch_step(cfg, lib.RecipeConfig(eq3_branch=0.2), nb)
+        table.branch_step(cfg, config.RecipeConfig(eq3_branch=0.2), nb)
 
 
 def test_table_rows_name_the_final_systems_choices(lib):
-    recipe = lib.RecipeConfig(beam_size=5, post_schedule=True)
+    recipe = config.RecipeConfig(beam_size=5, post_schedule=True)
     final = {"run": "part4-bpe-all", "branch": False, "n_avg": 3, "alpha": 1.5}
     rows = table.table_rows(recipe, {"de-en": final})
     labels = {key: label for key, label, *_ in rows}

@@ -10,10 +10,12 @@ when AT_TRACEBACK=1 asks for it. The run folder itself (lock, resume, damage, a 
 disk) is tests/test_run_folder.py's; Multi30k's folder, tests/test_download.py's.
 """
 
+import dataclasses
 import errno
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import types
@@ -21,13 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from atkit import files, launch, runtime
+from atkit import config, files, launch, runtime
 from atkit.settings import free_on_resume, unread
 from conftest import (
     CLI_TINY,
     COPY,
     NO_DATA,
     NO_TRAINING,
+    ROOT,
     copy_args,
     copy_cfg,
     error_line,
@@ -118,21 +121,92 @@ def test_a_config_is_frozen_and_changes_by_updated(lib):
 
 
 def test_every_preset_is_one_whole_record(lib):
-    """One list of names (atkit.runtime's, which AT_PRESET and --preset accept) and
-    one record per name in the notebook, holding all a preset decides: a preset
-    missing from either, or a record missing a part, fails here, not an hour into
-    a run."""
-    assert tuple(lib.PRESETS) == runtime.PRESET_NAMES
-    for name, preset in lib.PRESETS.items():
-        assert isinstance(preset, lib.Preset), name
-        assert isinstance(preset.run, lib.RunConfig), name
-        assert isinstance(preset.run.model, lib.ModelConfig), name
-        assert isinstance(preset.recipe, lib.RecipeConfig), name
-        assert isinstance(preset.machine, str) and preset.machine, name
-        assert all(isinstance(v, int | float) for v in preset.minutes.values()), name
+    """One record per name in atkit.config.PRESETS, the one list that AT_PRESET and
+    every --preset accept, holding all a preset decides: a record missing a part or
+    a setting out of bounds fails here (or when atkit.config loads), not an hour into
+    a run. The notebook's PRESETS is that dict."""
+    assert lib.PRESETS is config.PRESETS
+    assert config.preset_names() == tuple(config.PRESETS)
+    for name, preset in config.PRESETS.items():
+        assert isinstance(preset, config.Preset), name
+        assert isinstance(preset.recipe, config.RecipeConfig), name
+        assert preset.about and isinstance(preset.one_thread, bool), name
+        cfg = lib.run_config(name)
+        assert isinstance(cfg, lib.RunConfig), name
+        assert isinstance(cfg.model, lib.ModelConfig), name
+        assert config.settings_table(name).startswith(f"preset {name} ("), name
         assert lib.expected_time(name, "part3")
+    assert [n for n, p in config.PRESETS.items() if p.publishes] == [config.publisher()]
     with pytest.raises(lib.ConfigError, match="preset"):
         lib.run_config("tpu")
+    with pytest.raises(lib.ConfigError, match="RunConfig.steps=0"):
+        config.Preset("x", {}, {"steps": 0}, config.RecipeConfig())
+    with pytest.raises(lib.ConfigError, match="unknown RunConfig setting"):
+        config.Preset("x", {}, {"epochs": 3}, config.RecipeConfig())
+
+
+def program_parsers() -> dict:
+    """{program: its argument parser}, for every program of tools/ whose parser has
+    a --preset: each parser is caught when the program parses `--help`."""
+    import argparse
+    import importlib
+
+    from tools import startup
+
+    class Caught(Exception):
+        pass
+
+    def catch(self, args=None, namespace=None):
+        caught.append(self)
+        raise Caught
+
+    found = {}
+    for name in startup.tools():
+        caught = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(argparse.ArgumentParser, "parse_args", catch)
+            try:
+                importlib.import_module(name).main(["--help"])
+            except (Caught, SystemExit):
+                pass
+        for parser in caught:
+            if any("--preset" in a.option_strings for a in parser._actions):
+                found[name] = parser
+    return found
+
+
+def preset_choices(parser) -> tuple:
+    (action,) = [a for a in parser._actions if "--preset" in a.option_strings]
+    return tuple(action.choices)
+
+
+PRESET_PROGRAMS = {
+    "tools.train",
+    "tools.seed_spread",
+    "tools.bench",
+    "tools.precision_check",
+    "tools.export_model",
+}
+
+
+def test_every_programs_preset_choice_is_the_one_list(monkeypatch):
+    """Each program's --preset offers the names of atkit.config.PRESETS, from
+    config.add_preset_option, and no program spells a preset list of its own: a
+    preset added to the record alone is a choice of every program (here "ci2"), of
+    AT_PRESET, and has a thread rule."""
+    parsers = program_parsers()
+    assert set(parsers) == PRESET_PROGRAMS
+    for name, parser in parsers.items():
+        assert preset_choices(parser) == config.preset_names(), name
+    own_list = re.compile(r"add_argument\(\s*[\"']--preset")
+    for path in (ROOT / "tools").glob("*.py"):
+        assert not own_list.search(path.read_text(encoding="utf-8")), path.name
+    twin = dataclasses.replace(config.PRESETS["ci"], about="a twin", one_thread=False)
+    monkeypatch.setitem(config.PRESETS, "ci2", twin)
+    for name, parser in program_parsers().items():
+        assert "ci2" in preset_choices(parser), name
+    assert runtime.choose_preset({"AT_PRESET": "ci2"}) == "ci2"
+    assert runtime.torch_threads("ci2") == runtime.cores_available()
 
 
 def test_threads_rule_is_fixed_by_the_preset():
@@ -141,6 +215,8 @@ def test_threads_rule_is_fixed_by_the_preset():
     assert runtime.torch_threads("cpu") >= runtime.torch_threads("cpu", processes=2)
     with pytest.raises(ValueError, match="preset"):
         runtime.torch_threads("tpu")
+    ci = config.PRESETS["ci"]
+    assert ci.one_thread and not config.PRESETS["cpu"].one_thread
 
 
 def test_settings_declare_what_a_resume_may_change_and_what_a_run_reads(lib):
@@ -762,6 +838,8 @@ def test_the_setup_cells_line_and_the_facts_the_readme_reads(monkeypatch):
             "device": "cpu",
             "machine": machine,
             "torch": version,
+            "cpu": runtime.cpu_name(),  # what decides a CPU run's time
+            "precision": runtime.auto_precision("cpu")[0],
         },
     }
     from nbformat.v4 import new_code_cell, new_notebook, new_output
@@ -794,5 +872,5 @@ def test_an_earlier_notebooks_retired_model_settings_read_as_todays(lib):
     other = copy.deepcopy(today)
     other["model"]["P_drop_attn"] = 0.3  # it did change what the run computed
     assert settings.current_config(other)["model"]["P_drop_attn"] == 0.3
-    with pytest.raises(TypeError, match="P_drop_attn"):
+    with pytest.raises((TypeError, ValueError), match="P_drop_attn"):
         lib.RunConfig.from_dict(other)

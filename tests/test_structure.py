@@ -315,7 +315,7 @@ def test_every_tools_help_loads_no_torch():
 
 
 def test_registry_names_are_read_without_running_the_notebook(lib):
-    for registry in ("SEARCHES", "MODEL_SIZES", "PRECISIONS", "PRESETS"):
+    for registry in ("SEARCHES", "MODEL_SIZES"):
         assert nbexport.registry_names(registry) == tuple(getattr(lib, registry))
 
 

@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import files, runtime
+from atkit import config, files, runtime
 from atkit.prose import say
 from tools import errors
 from tools import train as cli
@@ -123,7 +123,7 @@ def parse_args(lib=None, argv=None):
     import nbexport
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
+    config.add_preset_option(p)
     cli.add_set_option(p)
     p.add_argument(
         "--size",
@@ -137,7 +137,7 @@ def parse_args(lib=None, argv=None):
     p.add_argument("--rounds", type=positive, default=3)
     p.add_argument(
         "--precision",
-        choices=nbexport.registry_names("PRECISIONS"),
+        choices=config.PRECISIONS,
         default=None,
         help="fast path precision (default: the preset's)",
     )

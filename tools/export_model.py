@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import export
+from atkit import config, export
 from atkit.files import probe_writable, writable_folder
 from tools.errors import UsageError, run_main
 
@@ -66,7 +66,7 @@ def test_data(lib, cfg, vocab, root=None, n=None):
     root = str(lib.corpus.data_root(root))
     src_lang, n = cfg.src_lang, n or cfg.n_eval
     sides = dict(zip(lib.LANGS, lib.corpus.read_split(SPLIT, root), strict=True))
-    text = (sides[src_lang][:n], sides[lib.other_lang(src_lang)][:n])
+    text = (sides[src_lang][:n], sides[lib.corpus.other_lang(src_lang)][:n])
     tokens = lib.tokenized(SPLIT, src_lang, n, root)
     sources = {SPLIT: [lib.frame(vocab.encode(t)) for t in tokens]}
     return lib.TranslationData(vocab, vocab, [], [], sources, {SPLIT: text}, src_lang)
@@ -177,12 +177,12 @@ def export_run(
             f"{ckpt_dir}: the page needs a shared BPE vocabulary and "
             "tie='all' (the full recipe)"
         )
-    if out.resolve() == DOCS.resolve() and preset != "cpu":
+    if out.resolve() == DOCS.resolve() and not config.preset(preset).publishes:
         raise UsageError(
-            f"preset {preset}: only the cpu preset's run exports into "
-            f"{DOCS}; pass another --out"
+            f"preset {preset}: only the {config.publisher()} preset's run exports into "
+            f"{DOCS} (the record's `publishes`); pass another --out"
         )
-    direction = f"{cfg.src_lang}-{lib.other_lang(cfg.src_lang)}"
+    direction = f"{cfg.src_lang}-{lib.corpus.other_lang(cfg.src_lang)}"
     check_out(out, direction, last["model"], quant)  # before the long work
     steps = snapshots_to_average(lib, ckpt_dir, history, n_avg, log)
     try:
@@ -361,9 +361,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ckpt-dir", type=Path, help="a run folder of the notebook")
     ap.add_argument("--n-avg", type=int, default=1, help="snapshots averaged (1)")
     ap.add_argument("--alpha", type=float, default=0.6, help="the beam's alpha")
-    ap.add_argument(
-        "--preset", default="cpu", choices=("ci", "cpu", "gpu"), help="its preset"
-    )
+    config.add_preset_option(ap, default=config.publisher(), help="the run's preset")
     ap.add_argument("--out", type=Path, default=DOCS, help="folder of the page")
     ap.add_argument("--quant", choices=export.QUANTS, default="int8")
     ap.add_argument("--no-bleu", action="store_true", help="skip the test scores")

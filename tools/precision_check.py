@@ -28,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from atkit import files, runtime
+from atkit import config, files, runtime
 from atkit.prose import say
 from tools import errors
 from tools import train as cli
@@ -60,7 +60,7 @@ def figure(value) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
+    config.add_preset_option(p)
     cli.add_set_option(p)
     p.add_argument(
         "--precision",

@@ -6,6 +6,11 @@
 The README never states a figure of its own: the block between the markers below is the
 printed output of the cells tagged `results` in the executed `.ipynb`, so the README,
 the notebook and the page (rendered from the same `.ipynb`) show the same run.
+
+It also writes how long the long cells took in that run (the cells that print
+`expected_time(PRESET, "<cell>")`), from the notebook's own timestamps, into
+runs/cell-minutes.json: the one record that `atkit.config.expected_time` prints from in
+the next run, and that the README's time table quotes.
 """
 
 from __future__ import annotations
@@ -116,6 +121,55 @@ def run_preset(nb) -> str:
     )
 
 
+EXPECTED_CELL = re.compile(r"expected_time\(PRESET, \"(\w+)\"\)")
+
+
+def cell_minutes(cell) -> float | None:
+    """How long the run spent on `cell`, from nbconvert's timestamps (None: not
+    recorded)."""
+    from datetime import datetime
+
+    stamps = cell.get("metadata", {}).get("execution", {})
+    keys = ("iopub.execute_input", "shell.execute_reply")
+    if not all(k in stamps for k in keys):
+        return None
+    start, end = (
+        datetime.fromisoformat(stamps[k].replace("Z", "+00:00")) for k in keys
+    )
+    return (end - start).total_seconds() / 60
+
+
+def run_machine(nb) -> str:
+    """The machine of the run, in words, from the facts the Setup shows."""
+    from atkit.runtime import RUN_MIME
+
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            facts = o.get("data", {}).get(RUN_MIME)
+            if facts:
+                extra = [facts[k] for k in ("cpu", "precision") if facts.get(k)]
+                machine = facts.get("machine", "an unnamed machine")
+                return machine + (f" ({', '.join(extra)})" if extra else "")
+    raise UsageError(f"the notebook shows no run facts ({RUN_MIME}): run it again")
+
+
+def measured_minutes(nb) -> dict:
+    """{"machine": ..., "minutes": {cell: minutes}} of the executed notebook `nb`,
+    for the cells that print their expected time."""
+    minutes = {}
+    for cell in nb.cells:
+        match = EXPECTED_CELL.search(cell.source) if cell.cell_type == "code" else None
+        took = cell_minutes(cell) if match else None
+        if took is not None:
+            minutes[match.group(1)] = round(took, 1)
+    return {"machine": run_machine(nb), "minutes": minutes}
+
+
+def minutes_record(nb, old: dict) -> dict:
+    """The record `old` (runs/cell-minutes.json) with the run of `nb`'s preset in it."""
+    return {**old, run_preset(nb): measured_minutes(nb)}
+
+
 def replace_block(readme: str, block: str) -> str:
     counts = {m: readme.count(m) for m in (START, END)}
     if counts != {START: 1, END: 1}:
@@ -138,6 +192,13 @@ def main(argv=None) -> int:
         "--notebook", type=Path, default=ROOT / "annotated_transformer.ipynb"
     )
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument(
+        "--minutes",
+        type=Path,
+        default=None,
+        help="the record of cell times (default: runs/cell-minutes.json beside the "
+        "notebook)",
+    )
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
     for flag, path in (("--readme", args.readme), ("--notebook", args.notebook)):
@@ -145,23 +206,43 @@ def main(argv=None) -> int:
             raise UsageError(
                 f"{flag} {path}: no such file; give the path of an existing one"
             )
+    if args.minutes is None:
+        args.minutes = args.notebook.parent / "runs" / "cell-minutes.json"
     if not args.check:
         check_writable(args.readme.parent, "--readme")
+        check_writable(args.minutes.parent, "--minutes")
+    import json
+
+    from atkit.config import committed_minutes
+    from atkit.files import write_text_atomic
+
     old = read_text(args.readme, "--readme")
     new = replace_block(old, results_block(args.notebook))
+    times = committed_minutes(args.minutes)
+    new_times = minutes_record(read_notebook(args.notebook), times)
     if args.check:
-        if new != old:
+        stale = [
+            n
+            for n, a, b in (
+                ("README.md's results", old, new),
+                (f"{args.minutes.name}", times, new_times),
+            )
+            if a != b
+        ]
+        if stale:
             print(
-                f"{PROG}: error: README.md's results are not those of the notebook: "
+                f"{PROG}: error: {' and '.join(stale)} are not those of the notebook: "
                 "run `python -m tools.readme_results`",
                 file=sys.stderr,
             )
             return 1
         return 0
     if new != old:
-        from atkit.files import write_text_atomic
-
         write_text_atomic(args.readme, new)
+    if new_times != times:
+        args.minutes.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(new_times, indent=2, ensure_ascii=False) + "\n"
+        write_text_atomic(args.minutes, text)
     return 0
 
 

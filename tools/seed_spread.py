@@ -26,7 +26,7 @@ import platform
 import sys
 from pathlib import Path
 
-from atkit import runtime
+from atkit import config, runtime
 from atkit.files import writable_folder, write_text_atomic
 from atkit.seeds import same_settings, spread_path, summary
 from atkit.settings import ConfigError
@@ -98,7 +98,7 @@ def read_summary(path: Path) -> dict | None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=runtime.PRESET_NAMES, default=None)
+    config.add_preset_option(p)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument(
         "--out", type=Path, default=None, help="default: runs/seed-spread-<preset>.json"

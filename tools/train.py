@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from atkit import runtime
+from atkit import config, runtime
 from atkit.files import check_writable, writable_folder, write_text_atomic
 from tools.errors import UsageError, run_main
 
@@ -115,12 +115,7 @@ def make_parser(searches=("greedy", "beam")) -> argparse.ArgumentParser:
         "too.",
     )
     p.add_argument("--task", choices=TASKS, default="multi30k")
-    p.add_argument(
-        "--preset",
-        choices=runtime.PRESET_NAMES,
-        default=None,
-        help="default: $AT_PRESET, else by hardware",
-    )
+    config.add_preset_option(p)
     add_set_option(p)
     p.add_argument(
         "--ckpt-dir",
