@@ -28,6 +28,7 @@ from atkit.files import (
     raise_if_disk_full,
     writable_folder,
 )
+from atkit.settings import current_config
 
 CHECKPOINT_FORMAT = "annotated-transformer/3"
 
@@ -188,6 +189,7 @@ def check_format(ckpt, where: str) -> dict:
     ]
     if bad:
         raise CheckpointError(f"{where}: weights hold inf or NaN ({bad[:3]})")
+    current_config(ckpt["config"])  # an earlier notebook's settings, read as today's
     return ckpt
 
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atkit.files import write_text_atomic
+from atkit.settings import current_config
 
 if TYPE_CHECKING:
     import torch
@@ -512,6 +513,7 @@ def read_model(path) -> Exported:
             f"{path} is damaged ({type(err).__name__}: {str(err)[:200]}); "
             f"{restore_advice(path)}"
         ) from None
+    current_config(meta["manifest"].get("config"))  # an earlier notebook's settings
     return Exported(
         meta["manifest"], state, proto, meta["spacy"], meta["detokenize"], path
     )

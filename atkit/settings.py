@@ -175,6 +175,71 @@ def check_fields(config) -> None:
             )
 
 
+# The notebook's ModelConfig is a plain dataclass of the paper's settings; what each
+# of its settings allows is here, checked when a config is made (check_model).
+MODEL_BOUNDS = {
+    "N": dict(low=1),  # layers in each stack
+    "d_model": dict(low=2),
+    "d_ff": dict(low=1),
+    "h": dict(low=1),
+    "P_drop": dict(low=0.0, below=1.0),
+    "norm": dict(choices=("post", "pre")),
+    "tie": dict(choices=("none", "tgt", "all")),
+    "max_len": dict(low=1),
+}
+
+
+def check_model(config) -> None:
+    """Check a ModelConfig: every field's type (its annotation) and its bounds in
+    MODEL_BOUNDS, then d_model even (§3.5's sines and cosines come in pairs) and
+    divisible by h. Raises ConfigError naming the first bad setting."""
+    for f in fields(config):
+        kind, optional = _kind(f.type)
+        bounds = MODEL_BOUNDS.get(f.name, {})
+        value = getattr(config, f.name)
+        name = type(config).__name__
+        check_setting(name, f.name, value, kind, optional=optional, **bounds)
+    if config.d_model % config.h or config.d_model % 2:
+        raise ConfigError(
+            f"{type(config).__name__}.d_model={config.d_model}: must be even (§3.5) "
+            f"and divisible by h={config.h}"
+        )
+
+
+def check_tie(tie: str, src_vocab: int, tgt_vocab: int) -> None:
+    """tie='all' shares one matrix between both sides: it needs one vocabulary."""
+    if tie == "all" and src_vocab != tgt_vocab:
+        raise ConfigError(
+            f"tie='all' needs one vocabulary for both sides, got src_vocab="
+            f"{src_vocab} and tgt_vocab={tgt_vocab}; use tie='tgt' or 'none'"
+        )
+
+
+def choose(name: str, key, table: dict):
+    """table[key], or a ConfigError naming `name` and the keys allowed."""
+    if key not in table:
+        raise ConfigError(f"{name}={key!r} is unknown; use one of {list(table)}")
+    return table[key]
+
+
+# Model settings that earlier versions of the notebook had and this one has not,
+# with the value under which they changed nothing (None: any value, a choice of
+# kernel that computed the same function). A saved config that holds one at that
+# value reads as today's; any other value is left for the model's check to refuse.
+RETIRED_MODEL_SETTINGS = {"P_drop_attn": 0.0, "P_drop_ff": 0.0, "attn_impl": None}
+
+
+def current_config(config):
+    """A saved run config (a dict with a "model" dict) without the retired model
+    settings that changed nothing; in place, and returned."""
+    model = config.get("model") if isinstance(config, dict) else None
+    if isinstance(model, dict):
+        for name, neutral in RETIRED_MODEL_SETTINGS.items():
+            if name in model and (neutral is None or model[name] == neutral):
+                del model[name]
+    return config
+
+
 def check_named(cls, values: dict) -> None:
     """Check settings given by name (a dict) as dataclass `cls` would check them when
     made: an unknown name, a wrong type or a value out of bounds is a ConfigError. A

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from atkit import resume, seeds
+from atkit import resume, schedule, seeds
 from atkit.resume import NonFiniteLossError
 from atkit.settings import ConfigError
 
@@ -45,10 +45,7 @@ class Notebook:
     bleu: Callable  # (model, data, split, search, decode_tokens) -> dict of scores
     greedy: Callable  # the greedy search
     search: Callable  # make_search: ("beam", beam_size=, alpha=) -> a search
-    cooldown_start: Callable  # cfg -> the step where the cool-down begins
-    reached_peak: Callable  # cfg -> the highest rate of its schedule
-    rates_at: Callable  # (cfg, steps) -> the rates at those steps
-    end_rate: Callable  # cfg -> the rate of the last step
+    rate: Callable  # (step, d_model, factor, warmup, total, cooldown) -> its rate
     precision: Callable  # (device, cfg.precision) -> a Precision (its .name)
     config: type  # RunConfig
 
@@ -77,7 +74,7 @@ def branch_step(cfg, recipe, nb: Notebook) -> int:
     its steps. Up to there the run's own rate must be eq. 3's, so the branch may not
     be shorter than the cool-down."""
     step = math.floor(round(cfg.steps * (1 - recipe.eq3_branch), 6))
-    if step > nb.cooldown_start(cfg):
+    if step > schedule.cooldown_start(cfg):
         raise ConfigError(
             f"RecipeConfig.eq3_branch={recipe.eq3_branch} is shorter than the "
             f"cool-down (RunConfig.cooldown={cfg.cooldown}): the branch must begin "
@@ -286,7 +283,7 @@ def score_table(trained, finals, recipe, noise, root, device, preset, nb) -> dic
             label=label,
             dir=direction,
             warmup=t.cfg.warmup,
-            peak=nb.reached_peak(t.cfg),
+            peak=schedule.reached_peak(t.cfg, nb.rate),
             vs=ref["no"] if ref else None,
             trained=vs is not None and runs[vs] != run,
             diverged=t.diverged,
@@ -355,9 +352,9 @@ def averaging_analysis(trained, finals, recipe, root, device, nb) -> dict | None
             val_one=val[1],
             val_avg=val[n],
             steps=steps,
-            rates=nb.rates_at(t.cfg, steps),
-            end_rate=nb.end_rate(t.cfg),
-            peak=nb.reached_peak(t.cfg),
+            rates=schedule.rates_at(t.cfg, nb.rate, steps),
+            end_rate=schedule.end_rate(t.cfg, nb.rate),
+            peak=schedule.reached_peak(t.cfg, nb.rate),
         )
     return out
 

@@ -22,6 +22,7 @@ from conftest import COPY, copy_args, copy_cfg, lazy, needs, quiet
 from tools import train as cli
 
 torch = lazy("torch")
+plt = lazy("matplotlib.pyplot")
 parallel = lazy("atkit.parallel")
 
 SETTINGS = [
@@ -535,7 +536,7 @@ def test_global_batch_steps_of_one_rank_are_the_runs_own_steps(
 
 def test_plot_two_runs_says_how_far_apart_the_curves_are(lib, monkeypatch, capsys):
     shown = []
-    monkeypatch.setattr(lib.plt, "show", lambda: shown.append(lib.plt.gcf()))
+    monkeypatch.setattr("matplotlib.pyplot.show", lambda: shown.append(plt.gcf()))
     try:
         parallel.plot_two_runs([2.0, 1.5, 1.25], [2.0, 1.5, 1.2500003])
         (fig,) = shown
@@ -545,7 +546,7 @@ def test_plot_two_runs_says_how_far_apart_the_curves_are(lib, monkeypatch, capsy
         assert left.get_lines()[0].get_ydata().tolist() == [2.0, 1.5, 1.25]
         assert right.get_lines()[0].get_xdata().tolist() == [1, 2, 3]
     finally:
-        lib.plt.close("all")
+        plt.close("all")
     out = capsys.readouterr().out
     assert out == "3 steps; the largest difference between the curves: 3.0e-07\n"
 

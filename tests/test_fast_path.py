@@ -1,5 +1,6 @@
-"""Part 2's fast step: sdpa + fused layer norm + fused loss + fused Adam + autocast
-compute the same functions as the didactic code, without waiting for the device."""
+"""Part 2's fast step (atkit.fast): sdpa + fused layer norm + fused loss + fused Adam +
+autocast compute the same functions as Part 1's plain classes, without waiting for
+the device."""
 
 import copy
 
@@ -9,6 +10,7 @@ from atkit import runtime
 from conftest import lazy
 
 torch = lazy("torch")
+fast = lazy("atkit.fast")
 
 
 def padded_batch(lib, V, lengths, seed=0):
@@ -29,17 +31,18 @@ def test_whole_model_fast_path_gives_same_outputs_and_gradients(lib, norm):
     V = 30
     slow = lib.make_model(V, V, "tiny", N=2, d_model=32, d_ff=64, h=4, norm=norm)
     slow.eval()  # dropout off: the two paths draw random numbers differently
-    fast = lib.set_fast_path(copy.deepcopy(slow))
-    assert all(m.attn_impl == "sdpa" for m in fast.modules() if hasattr(m, "attn_impl"))
+    quick = lib.set_fast_path(copy.deepcopy(slow))
+    attn = [m for m in quick.modules() if isinstance(m, lib.MultiHeadedAttention)]
+    assert attn and all(isinstance(m, fast.FusedAttention) for m in attn)
     b = padded_batch(lib, V, [9, 6, 3])
     outs = []
-    for model in (slow, fast):
+    for model in (slow, quick):
         out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)
         logp = model.generator(out)
         (logp.gather(-1, b.tgt_y.unsqueeze(-1)).sum() + out.square().mean()).backward()
         outs.append(out)
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
-    g_slow, g_fast = grads(slow), grads(fast)
+    g_slow, g_fast = grads(slow), grads(quick)
     assert max(g.abs().max() for g in g_slow.values()) > 0
     for name, g in g_slow.items():
         torch.testing.assert_close(g_fast[name], g, atol=1e-5, rtol=1e-4, msg=name)
@@ -51,11 +54,17 @@ def test_fast_path_switch_keeps_weights_and_switches_back(lib):
     lib.set_fast_path(model)
     assert list(model.state_dict()) == keys
     norms = [m for m in model.modules() if isinstance(m, lib.LayerNorm)]
-    assert norms and all(type(m) is lib.FusedLayerNorm for m in norms)
+    assert norms and all(isinstance(m, fast.FusedLayerNorm) for m in norms)
+    attn = [m for m in model.modules() if isinstance(m, lib.MultiHeadedAttention)]
+    assert attn and all(isinstance(m, fast.FusedAttention) for m in attn)
+    lib.set_fast_path(model)  # twice: still one fused subclass, of Part 1's class
+    assert {type(m).__mro__[1:3] for m in attn} == {
+        (fast.FusedAttention, lib.MultiHeadedAttention)
+    }
     lib.set_fast_path(model, fast=False)
     assert all(type(m) is lib.LayerNorm for m in norms)
-    attn = [m for m in model.modules() if isinstance(m, lib.MultiHeadedAttention)]
-    assert all(m.attn_impl == "didactic" for m in attn)
+    assert all(type(m) is lib.MultiHeadedAttention for m in attn)
+    assert list(model.state_dict()) == keys
 
 
 def test_fused_layer_norm_matches_didactic(lib):
@@ -64,11 +73,11 @@ def test_fused_layer_norm_matches_didactic(lib):
     with torch.no_grad():
         slow.gamma.normal_()
         slow.beta.normal_()
-    fast = copy.deepcopy(slow)
-    fast.__class__ = lib.FusedLayerNorm
+    fused = lib.set_fast_path(copy.deepcopy(slow))
+    assert isinstance(fused, fast.FusedLayerNorm)
     for scale in (1e-3, 1.0, 1e3):
         x = scale * torch.randn(3, 5, 24)
-        torch.testing.assert_close(fast(x), slow(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(fused(x), slow(x), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
@@ -81,9 +90,9 @@ def test_fused_loss_matches_label_smoothing(lib, smoothing):
     y[:, 4:] = pad
     y[3, 1:] = pad
     slow = lib.SimpleLossCompute(gen, lib.LabelSmoothing(V, pad, smoothing))
-    fast = lib.FastLossCompute(gen, pad, smoothing)
+    fused = lib.FastLossCompute(gen, pad, smoothing)
     results = []
-    for compute in (slow, fast):
+    for compute in (slow, fused):
         total, loss = compute(x, y, 13)
         params = [x, gen.proj.weight, gen.proj.bias]
         results.append((float(total), loss, torch.autograd.grad(loss, params)))
@@ -273,7 +282,7 @@ def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
 
     def with_scaler(device, precision="auto"):
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
-        return lib.Precision(None, "cpu", scaler)
+        return fast.Precision(None, "cpu", scaler)
 
     monkeypatch.setattr(lib, "choose_precision", with_scaler)
     whole, _ = lib.train(cfg, data, tmp_path / "whole", "cpu", log=lambda *a: None)
@@ -302,7 +311,7 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
         opt = torch.optim.SGD(m.parameters(), lr=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         loss_compute = lib.FastLossCompute(m.generator, 0, 0.1)
-        precision = lib.Precision(dtype, "cpu")
+        precision = fast.Precision(dtype, "cpu")
         losses.append(
             lib.runner.train_step(
                 m, [batch], loss_compute, opt, sched, precision=precision
@@ -314,15 +323,18 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
 
 
 def test_fast_attention_choice(lib):
-    assert lib.fast_attention_impl(lib.Precision(None, "cpu")) == "sdpa"
-    assert lib.fast_attention_impl(lib.Precision(torch.bfloat16, "cpu")) == "didactic"
-    assert lib.fast_attention_impl(lib.Precision(torch.bfloat16, "cuda")) == "sdpa"
+    assert lib.fast_attention_impl(fast.Precision(None, "cpu")) == "sdpa"
+    assert lib.fast_attention_impl(fast.Precision(torch.bfloat16, "cpu")) == "didactic"
+    assert lib.fast_attention_impl(fast.Precision(torch.bfloat16, "cuda")) == "sdpa"
     m = lib.set_fast_path(
         lib.make_model(9, 9, "tiny", N=1, d_model=16, d_ff=32, h=2),
         attn_impl="didactic",
     )
-    assert any(type(x) is lib.FusedLayerNorm for x in m.modules())
-    assert {x.attn_impl for x in m.modules() if hasattr(x, "attn_impl")} == {"didactic"}
+    assert any(isinstance(x, fast.FusedLayerNorm) for x in m.modules())
+    attn = [x for x in m.modules() if isinstance(x, lib.MultiHeadedAttention)]
+    assert attn and all(type(x) is lib.MultiHeadedAttention for x in attn)
+    with pytest.raises(ValueError, match="attn_impl='fused'"):
+        lib.set_fast_path(m, attn_impl="fused")
 
 
 def test_fused_adam_takes_the_same_steps_as_make_optimizer(lib):
@@ -412,14 +424,18 @@ def test_an_error_of_the_model_itself_is_not_blamed_on_compiling(monkeypatch):
     assert len(said) == 1 and net.net is net.model
 
 
-def test_sdpa_attention_drops_out_only_in_training(lib):
-    torch.manual_seed(0)
-    mha = lib.MultiHeadedAttention(2, 16, P_drop_attn=0.5, attn_impl="sdpa").eval()
-    x = torch.randn(2, 5, 16)
-    torch.testing.assert_close(mha(x, x, x), mha(x, x, x))
-    ref = copy.deepcopy(mha)
-    ref.attn_impl = "didactic"
-    torch.testing.assert_close(mha(x, x, x), ref(x, x, x), atol=1e-6, rtol=1e-5)
+def test_plain_forward_runs_part_1s_classes_for_a_block(lib):
+    """Part 6 reads the weights Part 1's attention keeps; on a fast model,
+    fast.plain_forward switches every module back for the block, and after it (also
+    after an error) the fast classes are back."""
+    model = lib.set_fast_path(lib.make_model(9, 9, "tiny", N=1, d_model=16, h=2))
+    before = [type(m) for m in model.modules()]
+    with fast.plain_forward(model):
+        assert not any(hasattr(type(m), "plain_class") for m in model.modules())
+    assert [type(m) for m in model.modules()] == before
+    with pytest.raises(RuntimeError, match="inside"), fast.plain_forward(model):
+        raise RuntimeError("inside")
+    assert [type(m) for m in model.modules()] == before
 
 
 class SyncCounter:
@@ -498,7 +514,7 @@ def test_compiled_fast_step_matches_eager_on_cpu(lib):
 def test_cheap_dropout_drops_p_and_keeps_the_expectation(lib):
     torch.manual_seed(0)
     for p in (0.1, 0.3):
-        drop = lib.CheapDropout(p).train()
+        drop = fast.CheapDropout(p).train()
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.ones(400, 500, dtype=dtype)
             y = drop(x)
@@ -514,7 +530,7 @@ def test_cheap_dropout_drops_p_and_keeps_the_expectation(lib):
         assert torch.equal(drop.eval()(x), x)
     model = lib.set_fast_path(lib.make_model(11, 11, "tiny"))
     kinds = {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)}
-    assert kinds == {lib.CheapDropout}
+    assert kinds == {fast.CheapDropout}
     lib.set_fast_path(model, fast=False)
     assert {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {
         torch.nn.Dropout

@@ -11,6 +11,7 @@ import pytest
 from conftest import lazy
 
 torch = lazy("torch")
+plt = lazy("matplotlib.pyplot")
 
 TINY = {"n_train": 300, "n_eval": 10}
 PATTERNS = ("previous", "same", "next", "aligned")
@@ -27,9 +28,9 @@ def model(lib, cfg, data):
 def shown(lib, monkeypatch):
     """The figures that plt.show() would display, in order."""
     figures = []
-    monkeypatch.setattr(lib.plt, "show", lambda: figures.append(lib.plt.gcf()))
+    monkeypatch.setattr("matplotlib.pyplot.show", lambda: figures.append(plt.gcf()))
     yield figures
-    lib.plt.close("all")
+    plt.close("all")
 
 
 def test_show_attention_counts_from_one(lib, model, data, shown):
@@ -148,3 +149,37 @@ def test_attention_statistics_count_argmax_keys_against_chance(lib, monkeypatch)
         "aligned": pytest.approx(1 / S),
     }
     assert lib.attention_statistics(model, data, 99)["n_aligned"] == 6, "3 at most"
+
+
+def test_attention_maps_read_part_1s_weights_also_from_a_fast_model(lib):
+    """The weights come from Part 1's attention (`self.attn`); on a model with the
+    fast path on (whose fused attention keeps none), attention_maps runs the pass on
+    Part 1's classes, gives the same maps, and leaves the model fast and in the mode
+    it was in."""
+    import copy
+
+    torch.manual_seed(0)
+    plain = lib.make_model(16, 16, "tiny", N=2, d_model=32, d_ff=64, h=2, max_len=64)
+    quick = lib.set_fast_path(copy.deepcopy(plain)).train()
+    kinds = [type(m) for m in quick.modules()]
+    src_ids, tgt_ids = lib.frame([5, 6, 7, 8]), [lib.BOS, 9, 10]
+    want = lib.attention_maps(plain, src_ids, tgt_ids)
+    got = lib.attention_maps(quick, src_ids, tgt_ids)
+    for kind in ("encoder", "decoder", "cross"):
+        torch.testing.assert_close(got[kind], want[kind])
+    assert [type(m) for m in quick.modules()] == kinds and quick.training
+    assert want["decoder"][..., 0, 1:].abs().max() == 0, "the causal mask holds"
+
+
+def test_print_shares_prints_one_table_per_pattern_heads_from_one(capsys):
+    from atkit import heads
+
+    stats = {name: torch.full((2, 3), 0.25) for name in PATTERNS}
+    stats["aligned"][1, 2] = 0.5
+    stats["chance"] = dict.fromkeys(PATTERNS, 0.1)
+    heads.print_shares(stats)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("share of query positions whose strongest key is")
+    assert out.count(f"  {'':8}    h1    h2    h3") == 4
+    assert "aligned (decoder-source; chance 10%):" in out
+    assert out[-1] == "  layer 2:   25%   25%   50%"

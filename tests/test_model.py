@@ -1,6 +1,7 @@
 """Part 1 and Part 2 against PyTorch's own implementations, with copied weights, and
 Part 2's copy task learnt (decoding itself: tests/test_decoding.py)."""
 
+import copy
 import subprocess
 import sys
 import textwrap
@@ -62,9 +63,11 @@ def copy_mha(ours, ref):
 
 @pytest.mark.parametrize("impl", ["didactic", "sdpa"])
 def test_multi_head_attention_matches_torch(lib, impl):
+    """Part 1's class, and the fast path's fused subclass (atkit.fast), against
+    nn.MultiheadAttention with the same weights."""
     torch.manual_seed(0)
     d_model, h, B, T, S = 32, 4, 3, 5, 7
-    ours = lib.MultiHeadedAttention(h, d_model, attn_impl=impl)
+    ours = lib.set_fast_path(lib.MultiHeadedAttention(h, d_model), attn_impl=impl)
     ref = nn.MultiheadAttention(d_model, h, batch_first=True)
     copy_mha(ours, ref)
     x, mem = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
@@ -80,15 +83,22 @@ def test_multi_head_attention_matches_torch(lib, impl):
 
 
 def test_sdpa_path_matches_didactic_outputs_and_gradients(lib):
+    """The fused attention (a subclass of Part 1's, swapped in by set_fast_path)
+    computes Part 1's function: outputs and gradients; it keeps no weights."""
+    from atkit import fast
+
     torch.manual_seed(0)
-    a = lib.MultiHeadedAttention(4, 32, attn_impl="didactic")
-    b = lib.MultiHeadedAttention(4, 32, attn_impl="sdpa")
-    b.load_state_dict(a.state_dict())
+    a = lib.MultiHeadedAttention(4, 32)
+    b = lib.set_fast_path(copy.deepcopy(a))
+    assert isinstance(b, fast.FusedAttention)
+    assert isinstance(b, lib.MultiHeadedAttention)
+    assert type(a) is lib.MultiHeadedAttention
     x = torch.randn(2, 6, 32, requires_grad=True)
     y = x.detach().clone().requires_grad_(True)
     mask = lib.subsequent_mask(6)
     out_a, out_b = a(x, x, x, mask), b(y, y, y, mask)
     torch.testing.assert_close(out_a, out_b, atol=1e-6, rtol=1e-5)
+    assert a.attn.shape == (2, 4, 6, 6) and b.attn is None  # Part 6 reads Part 1's
     g = torch.randn_like(out_a)
     out_a.backward(g)
     out_b.backward(g)

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from atkit import config, report, searches, seeds
+from atkit import config, report, schedule, searches, seeds
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
@@ -120,23 +120,33 @@ def eq3(s, d_model, factor, warmup):
 def test_schedule_helpers_are_eq3_until_the_cooldown_and_zero_at_the_end(lib):
     c = lib.run_config("ci", d_model=16, h=2, factor=2.0, warmup=4, steps=10)
     c = c.updated(cooldown=0.8)  # 10 * (1 - 0.8) is 1.9999999999999996 in floats
-    assert lib.cooldown_start(c) == 2
+    assert schedule.cooldown_start(c) == 2
     for s in (1, 2):  # up to the cool-down: eq. 3's rate
-        assert lib.rates_at(c, [s])[0] == pytest.approx(eq3(s, 16, 2.0, 4), rel=1e-12)
-    below = lib.rates_at(c, [3, 6, 10])
+        assert schedule.rates_at(c, lib.rate, [s])[0] == pytest.approx(
+            eq3(s, 16, 2.0, 4), rel=1e-12
+        )
+    below = schedule.rates_at(c, lib.rate, [3, 6, 10])
     assert below == pytest.approx(
         [eq3(3, 16, 2.0, 4) * 7 / 8, eq3(6, 16, 2.0, 4) * 4 / 8, 0.0], rel=1e-12
     )
-    assert lib.end_rate(c) == 0.0
+    assert schedule.end_rate(c, lib.rate) == 0.0
     # the highest rate: step 4, the warm-up's end, already 6/8 of the way down
-    assert lib.reached_peak(c) == pytest.approx(eq3(4, 16, 2.0, 4) * 6 / 8, rel=1e-12)
+    assert schedule.reached_peak(c, lib.rate) == pytest.approx(
+        eq3(4, 16, 2.0, 4) * 6 / 8, rel=1e-12
+    )
     plain = c.updated(cooldown=0.0)  # eq. 3 alone: the peak at warmup, never zero
-    assert lib.cooldown_start(plain) == 10
-    assert lib.end_rate(plain) == pytest.approx(eq3(10, 16, 2.0, 4), rel=1e-12)
-    assert lib.reached_peak(plain) == pytest.approx(2.0 / 4 / 2, rel=1e-12)
+    assert schedule.cooldown_start(plain) == 10
+    assert schedule.end_rate(plain, lib.rate) == pytest.approx(
+        eq3(10, 16, 2.0, 4), rel=1e-12
+    )
+    assert schedule.reached_peak(plain, lib.rate) == pytest.approx(
+        2.0 / 4 / 2, rel=1e-12
+    )
     late = c.updated(warmup=9, cooldown=0.3)  # the cool-down cuts the warm-up short
-    assert lib.cooldown_start(late) == 7
-    assert lib.reached_peak(late) == pytest.approx(eq3(7, 16, 2.0, 9), rel=1e-12)
+    assert schedule.cooldown_start(late) == 7
+    assert schedule.reached_peak(late, lib.rate) == pytest.approx(
+        eq3(7, 16, 2.0, 9), rel=1e-12
+    )
 
 
 def test_recipe_runs_change_one_setting_each(lib):
@@ -374,7 +384,9 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     post = rows[4]
     assert post["diverged"] == t["part4-bpe-all-post-same"].diverged
     assert post["bleu"] is None
-    assert post["peak"] == lib.reached_peak(t["part4-bpe-all-post-same"].cfg)
+    assert post["peak"] == schedule.reached_peak(
+        t["part4-bpe-all-post-same"].cfg, lib.rate
+    )
     en_de = "part4-bpe-all-en-de"
     for row in rows[5:]:
         assert row["diverged"] == t[en_de].diverged and row["bleu"] is None
@@ -418,7 +430,7 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     candidates = {**f["candidates"], full: {"n_avg": 2, "sweep": made_up}}
     chosen = {"de-en": {**f, "candidates": candidates}}
     a = table.averaging_analysis(t, chosen, recipe, root, "cpu", nb)
-    assert a["shared"] == lib.cooldown_start(copy_table.cfg) == 2
+    assert a["shared"] == schedule.cooldown_start(copy_table.cfg) == 2
     cool = a["eq. 3, cool-down"]
     assert (cool["n"], cool["val_one"], cool["val_avg"]) == (2, 10.0, 11.0)
     assert (cool["one"], cool["avg"]) == (avg(full, 1), avg(full, 2))
@@ -429,8 +441,11 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     for label, name in (("eq. 3 alone", alone), ("eq. 3, cool-down", full)):
         s, c = a[label], t[name].cfg
         assert s["steps"] == lib.resume.last_snapshots(t[name].history, s["n"])
-        assert s["rates"] == lib.rates_at(c, s["steps"])
-        assert (s["end_rate"], s["peak"]) == (lib.end_rate(c), lib.reached_peak(c))
+        assert s["rates"] == schedule.rates_at(c, lib.rate, s["steps"])
+        assert (s["end_rate"], s["peak"]) == (
+            schedule.end_rate(c, lib.rate),
+            schedule.reached_peak(c, lib.rate),
+        )
     assert cool["end_rate"] == 0.0 < e["end_rate"]
     summary["averaging"] = a
     lines = report.averaging_table(summary)

@@ -97,7 +97,7 @@ def test_library_lines_keep_their_notebook_line_numbers(lib):
         for number, line in enumerate(generated, start=1)
         if line.strip() and number > 1 and not line.startswith("# --- ")
     ]
-    assert len(code) > 1000
+    assert len(code) > 500  # the library is here, not a few stray lines
     moved = [(n, line) for n, line in code if md[n - 1] != line]
     assert not moved, f"lines not on their .md line: {moved[:3]}"
     with pytest.raises(lib.ConfigError) as err:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from atkit import files, launch
+from atkit import files, launch, schedule
 from conftest import (
     COPY,
     NO_TRAINING,
@@ -443,7 +443,7 @@ def test_a_branch_shares_the_first_steps_and_ends_as_a_run_from_step_0(
     begins: both must end exactly as if each had been trained on its own."""
     cfg, data = tiny_run.cfg, tiny_run.data
     eq3 = cfg.updated(cooldown=0.0)
-    at = lib.cooldown_start(cfg)
+    at = schedule.cooldown_start(cfg)
     assert 0 < at < cfg.steps and at % cfg.eval_every  # between two evaluations
     alone, alone_history = lib.train(eq3, data, tmp_path / "alone", "cpu", log=quiet)
     src, dst = tmp_path / "src", tmp_path / "dst"

@@ -867,3 +867,25 @@ def test_the_setup_cells_line_and_the_facts_the_readme_reads(monkeypatch):
     monkeypatch.setattr("torch.cuda.get_device_name", lambda device: "NVIDIA H100")
     gpu = runtime.Runtime("gpu", torch.device("cuda", 0), 8)
     assert gpu.machine() == "NVIDIA H100"
+
+
+def test_an_earlier_notebooks_retired_model_settings_read_as_todays(lib):
+    """Checkpoints and exported models of earlier versions hold model settings this
+    notebook no longer has (P_drop_attn, P_drop_ff, attn_impl); at the values under
+    which they changed nothing, a checkpoint reads as today's config; another value
+    stays, and rebuilding refuses it."""
+    import copy
+
+    from atkit import checkpoints, settings
+
+    today = lib.run_config("ci").to_dict()
+    old = copy.deepcopy(today)
+    old["model"].update(P_drop_attn=0.0, P_drop_ff=0.0, attn_impl="sdpa")
+    state = {"format": checkpoints.CHECKPOINT_FORMAT, "config": old, "model": {}}
+    assert checkpoints.check_format(state, "old.pt")["config"] == today
+    assert lib.RunConfig.from_dict(state["config"]) == lib.run_config("ci")
+    other = copy.deepcopy(today)
+    other["model"]["P_drop_attn"] = 0.3  # it did change what the run computed
+    assert settings.current_config(other)["model"]["P_drop_attn"] == 0.3
+    with pytest.raises((TypeError, ValueError), match="P_drop_attn"):
+        lib.RunConfig.from_dict(other)
