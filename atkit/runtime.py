@@ -390,9 +390,13 @@ class Runtime:
 
 
 def setup() -> Runtime:
-    """Decide preset, device and threads for this process; returns them."""
+    """Decide preset, device and threads for this process, and draw plots for the
+    page (atkit.figures.use_page_style: SVG, words as text); returns them."""
     import torch
 
+    from atkit import figures
+
+    figures.use_page_style()
     preset = choose_preset()
     torch.set_num_threads(torch_threads(preset))
     return Runtime(preset, default_device(), torch.get_num_threads())
