@@ -842,7 +842,7 @@ def _in_page_links(body: str, page: Page) -> str:
         page.broken_links.append(target)
         return m.group(0)
 
-    return re.sub(r'href="#([^"]*)"', fix, body)
+    return re.sub(r'(?<![\w:-])href="#([^"]*)"', fix, body)  # not an SVG's xlink:href
 
 
 def check_out(out: Path, write: bool = True) -> None:
