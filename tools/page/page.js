@@ -243,7 +243,8 @@
         pre.classList.add("scrolls");
         pre.setAttribute("tabindex", "0");
         pre.setAttribute("role", "region");
-        pre.setAttribute("aria-label", "table, scrolls sideways");
+        const first = (pre.querySelector(".ln") || pre).textContent.trim().slice(0, 50);
+        pre.setAttribute("aria-label", `table (scrolls sideways): ${first}`);
       } else {
         for (const a of ["tabindex", "role", "aria-label"]) pre.removeAttribute(a);
       }
