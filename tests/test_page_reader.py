@@ -482,3 +482,18 @@ def test_translator_says_what_it_knows(browser, capsys):
         context.close()
     with capsys.disabled():
         print(f"\nscreenshot: {shot}\n{far}")
+
+
+def test_references_are_not_prose_to_read(tmp_path):
+    """tools.word_count leaves the closing "## References" out of every count (a
+    list of links, not reading); the section before it still counts."""
+    from tools import word_count
+
+    note = tmp_path / "n.md"
+    note.write_text("# T\n\n## Part 1\n\none two three\n", encoding="utf-8")
+    before = word_count.count(note)
+    note.write_text(
+        note.read_text() + "\n## References\n\n* A (2020). Title. [x](https://x).\n"
+    )
+    assert word_count.count(note) == before
+    assert before.main_words == 6  # "T", "Part 1" and three words

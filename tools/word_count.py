@@ -8,8 +8,10 @@ Prose is every markdown cell, counted as whitespace-separated words, LaTeX and i
 code included (the way the older annotated versions' length was counted for
 comparison). A deep dive is a section whose heading starts with "Deep dive:" (see the
 notebook's own convention: folded on the page, collapsible in Jupyter); it runs to the
-next heading of its level or above. Everything else is the main path. The budgets are
-the ones the project set itself: at most 7,000 words on the main path, 10,000 in all.
+next heading of its level or above. The closing "## References" section (a list of
+the works cited, with their links) is not prose to read and counts nowhere. Everything
+else is the main path. The budgets are the ones the project set itself: at most 7,000
+words on the main path, 10,000 in all.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAIN_BUDGET, TOTAL_BUDGET = 7000, 10000
 HEADING = re.compile(r"^(#{1,6}) +(.*)$")
 DEEP = "Deep dive:"
+REFERENCES = "References"  # the bibliography: counted nowhere
 
 
 @dataclass
@@ -59,25 +62,28 @@ def count(path: Path) -> Counts:
             f"--notebook {path} cannot be read as a notebook ({type(err).__name__}: "
             f"{str(err)[:200]}); give the notebook's .md file"
         ) from None
-    counts, deep_level = Counts(), None
+    counts, deep_level, references = Counts(), None, False
     for cell in notebook.cells:
         text = cell.source
         if cell.cell_type == "markdown":
+            text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
             for line in text.splitlines():
                 match = HEADING.match(line)
-                if not match:
+                if match:
+                    level = len(match.group(1))
+                    if deep_level is not None and level <= deep_level:
+                        deep_level = None
+                    if level <= 2:
+                        references = match.group(2).strip() == REFERENCES
+                    if match.group(2).startswith(DEEP):
+                        deep_level = level
+                words = sum(1 for w in line.split() if w.strip("#"))  # no hashes
+                if references:
                     continue
-                level = len(match.group(1))
-                if deep_level is not None and level <= deep_level:
-                    deep_level = None
-                if match.group(2).startswith(DEEP):
-                    deep_level = level
-            prose = re.sub(r"<!--.*?-->", " ", text, flags=re.S).split()
-            words = sum(1 for w in prose if w.strip("#"))  # not a heading's hashes
-            if deep_level is None:
-                counts.main_words += words
-            else:
-                counts.deep_words += words
+                if deep_level is None:
+                    counts.main_words += words
+                else:
+                    counts.deep_words += words
         elif cell.cell_type == "code":
             lines = sum(1 for ln in text.splitlines() if ln.strip())
             if deep_level is None:
