@@ -47,6 +47,13 @@ def use_page_style() -> None:
         return
     from IPython.core.pylabtools import select_figure_formats
 
+    try:  # the inline backend's setting: it chooses the formats again when pyplot
+        # loads it, at the first figure (after this call)
+        from matplotlib_inline.config import InlineBackend
+
+        InlineBackend.instance(parent=shell).figure_formats = {"svg"}
+    except ImportError:  # no inline backend: the formatter alone
+        pass
     select_figure_formats(shell, {"svg"}, bbox_inches="tight")
 
 

@@ -497,3 +497,31 @@ def test_references_are_not_prose_to_read(tmp_path):
     )
     assert word_count.count(note) == before
     assert before.main_words == 6  # "T", "Part 1" and three words
+
+
+@pytest.mark.process
+def test_a_kernel_draws_plots_as_svg():
+    """In a Jupyter kernel, after atkit.figures.use_page_style() (runtime.setup()
+    calls it), the first figure (which makes pyplot load its inline backend, which
+    chooses the formats again) comes out as SVG alone."""
+    import nbclient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "import matplotlib.pyplot as plt\n"
+                "from atkit import figures\n"
+                "figures.use_page_style()"
+            ),
+            new_code_cell(
+                "fig, ax = plt.subplots(figsize=(3, 2))\nax.plot([1, 2])\nplt.show()"
+            ),
+        ]
+    )
+    client = nbclient.NotebookClient(
+        nb, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    )
+    client.execute()
+    kinds = [sorted(o.get("data", {})) for o in nb.cells[1].outputs]
+    assert kinds == [["image/svg+xml", "text/plain"]], kinds
