@@ -75,7 +75,7 @@ export default [
     languageOptions: {
       ecmaVersion: 2022,
       sourceType: "script",
-      globals: { ...globals.browser, atkitTranslator: "readonly", atkitAttentionView: "readonly" },
+      globals: { ...globals.browser, atkitTranslator: "readonly", atkitAttentionView: "readonly", atkitDomain: "readonly" },
     },
     rules,
   },

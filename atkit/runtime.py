@@ -402,7 +402,8 @@ def cpu_name() -> str:
 
 
 def setup(clone: str | None = None) -> Runtime:
-    """Decide preset, device and threads for this process; returns them. With
+    """Decide preset, device and threads for this process, and draw plots for the
+    page (atkit.figures.use_page_style: SVG, words as text); returns them. With
     `clone`, the folder the Setup cell cloned the repository into where the
     notebook runs without it (Colab), and this package imported from there: work
     in it, update it if a restarted session kept it, and install the missing
@@ -413,6 +414,9 @@ def setup(clone: str | None = None) -> Runtime:
         colab.prepare(clone)
     import torch
 
+    from atkit import figures
+
+    figures.use_page_style()
     preset = choose_preset()
     torch.set_num_threads(torch_threads(preset))
     return Runtime(preset, default_device(), torch.get_num_threads())

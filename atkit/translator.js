@@ -1025,6 +1025,30 @@
     return problems.slice(0, 3);
   }
 
+  // How far a source is from what the model was trained on, for the translation
+  // page's note: the manifest's `domain` (tools/export_model.py's `domain`, which
+  // computes the same for the validation captions). The source ids group into words
+  // (a piece that starts with U+2581 starts one); a word is unfamiliar when the
+  // vocabulary has no single piece for it or one of its pieces is rare in training.
+  // far: more unfamiliar words than `note_above` of them, and at least `min_words`.
+  function unfamiliar(pieces, ids, domain) {
+    const rare = fromBase64(domain.rare);
+    const isRare = (id) => ((rare[id >> 3] >> (id & 7)) & 1) === 1;
+    const words = [];
+    ids.forEach((id, k) => {
+      if (k === 0 || pieces[id].startsWith("\u2581")) words.push([]);
+      words[words.length - 1].push(id);
+    });
+    const odd = words.filter((w) => w.length > 1 || w.some(isRare));
+    const share = words.length ? odd.length / words.length : 0;
+    return {
+      words: words.length, unfamiliar: odd.length, share,
+      far: odd.length >= domain.min_words && share > domain.note_above,
+      examples: odd.map((w) => w.map((id) => pieces[id]).join("").replace(/\u2581/g, "")),
+    };
+  }
+  root.atkitDomain = { unfamiliar };
+
   // options.wasm = false: JavaScript loops only (the page's fallback, for tests)
   async function load(data, options) {
     const fields = ["direction", "meta", "data", "sha256"];

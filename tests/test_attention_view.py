@@ -723,26 +723,28 @@ def test_the_committed_page_shows_the_models_attention(browser, capsys):
 # --------------------------------------------------------------------------- heatmaps
 
 PAGE_COLUMN = {1280: 900, 390: 366}  # px of the page's column: a laptop, a phone
-FIGURE_DPI = 80  # the notebook's plt.rcParams["figure.dpi"] (Setup)
 
 
-def _heads_png(weights, rows, cols, heads):
-    """The figure as the notebook shows it: drawn, saved at 80 dpi, cropped tight."""
+def _heads_svg(weights, rows, cols, heads):
+    """The figure as the notebook shows it: drawn in the page's style (SVG, cropped
+    tight); its width on the page in CSS px (figures.PAGE_PX_PER_IN per inch)."""
     import io
+    import re
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from atkit.figures import draw_heads
+    from atkit.figures import PLOT_STYLE, draw_heads
 
-    with plt.rc_context({"figure.dpi": FIGURE_DPI}):
+    with plt.rc_context(PLOT_STYLE):
         fig = draw_heads(weights, rows, cols, "cross attention, layer 2", heads)
         fig.canvas.draw()
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", bbox_inches="tight")
-    return fig, int.from_bytes(buf.getvalue()[16:20], "big")  # width from the header
+        fig.savefig(buf, format="svg", bbox_inches="tight")
+    pt = float(re.search(rb'<svg[^>]*\bwidth="([0-9.]+)pt"', buf.getvalue()).group(1))
+    return fig, pt / 72 * figures.PAGE_PX_PER_IN
 
 
 def _overlaps(labels) -> list[str]:
@@ -776,7 +778,7 @@ def test_static_heatmaps_are_readable(tokens, heads, phone_px):
     w = softmax_maps(rng, (4, tokens, tokens + 1))
     rows = ["<s>", *(f"word{i}" for i in range(tokens - 1))]
     cols = ["<s>", *WORDS[: tokens - 1], "</s>"]
-    fig, width = _heads_png(w, rows, cols, heads)
+    fig, width = _heads_svg(w, rows, cols, heads)
     try:
         shown = [ax for ax in fig.axes if ax.get_title()]
         assert [ax.get_title() for ax in shown] == [
@@ -794,8 +796,10 @@ def test_static_heatmaps_are_readable(tokens, heads, phone_px):
             assert not _overlaps(ax.get_yticklabels()), _overlaps(ax.get_yticklabels())
         bars = [ax for ax in fig.axes if ax.get_ylabel() == figures.COLORBAR_LABEL]
         assert len(bars) == 1, "one colour bar, named"
+        cmap = shown[0].collections[0].get_cmap().name
+        assert cmap == figures.ATTENTION_CMAP == "Blues", "the interactive view's"
         assert bars[0].get_ylim() == (0.0, 1.0)
-        px = figures.LABEL_PT * FIGURE_DPI / 72
+        px = figures.LABEL_PT * figures.PAGE_PX_PER_IN / 72
         on_page = {w_: px * min(1.0, col / width) for w_, col in PAGE_COLUMN.items()}
         assert on_page[1280] >= 11.0, (width, on_page)
         if phone_px:
@@ -851,17 +855,45 @@ def test_refresh_brings_an_older_views_style_and_script_up_to_date():
     assert attention_view.refresh("<p>no view</p>") == "<p>no view</p>"
 
 
-def test_a_figure_shows_its_png_at_the_size_it_was_drawn_for(monkeypatch, tmp_path):
+def test_a_figure_shows_its_svg(monkeypatch, tmp_path):
+    """A drawing is shown as the SVG of images/ (sharp on the page and when zoomed),
+    with no PNG beside it in the notebook; its caption is its text."""
     fig = figures.show_figure("masks")
-    png = (figures.IMAGES / "masks.png").read_bytes()
-    assert fig.png == png and png.startswith(b"\x89PNG\r\n\x1a\n")
-    width = int.from_bytes(png[16:20], "big")  # the IHDR chunk: width, then height
-    assert fig._repr_png_() == (png, {"width": round(width * 100 / 130)})
+    svg = (figures.IMAGES / "masks.svg").read_text(encoding="utf-8")
+    assert fig._repr_svg_() == svg and "<svg" in svg
+    assert not hasattr(fig, "_repr_png_"), "a PNG would double the notebook's bytes"
     assert repr(fig) == f"[figure: {figures.CAPTIONS['masks']}]"
     for name in figures.CAPTIONS:
         assert figures.Figure(name).caption == figures.CAPTIONS[name]
     with pytest.raises(ValueError, match="no figure 'mask'; there are \\['attention'"):
         figures.Figure("mask")
     monkeypatch.setattr(figures, "IMAGES", tmp_path)
-    with pytest.raises(FileNotFoundError, match="masks.png is missing.*draw_figures"):
+    with pytest.raises(FileNotFoundError, match="masks.svg is missing.*draw_figures"):
         figures.show_figure("masks")
+
+
+def test_plots_are_svg_in_the_page_style(monkeypatch):
+    """atkit.runtime.setup() applies the page's style: in IPython a figure's output
+    becomes SVG (words as text, no PNG beside it); outside it only the style."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    with plt.rc_context():
+        monkeypatch.setattr("IPython.get_ipython", lambda: shell)
+        figures.use_page_style()
+        assert {k: matplotlib.rcParams[k] for k in figures.PLOT_STYLE} == (
+            figures.PLOT_STYLE
+        )
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.set_title("a title in words")
+        data, _ = shell.display_formatter.format(fig)
+        plt.close(fig)
+    assert "image/png" not in data, sorted(data)
+    assert (
+        "<text" in data["image/svg+xml"] and "a title in words" in data["image/svg+xml"]
+    )
+    InteractiveShell.clear_instance()

@@ -10,7 +10,10 @@ the best snapshot alone; the manifest records those averaged), stores them
 with the run's sentencepiece model and spaCy's rules in `<out>/translate/<dir>.js`
 (atkit/export.py: int8 matrices with a scale per row), scores the stored weights and
 the PyTorch model on test_2016 with the notebook's own code (greedy, and beam search
-with `--alpha`) and writes those scores into the file, and renders the page
+with `--alpha`) and writes those scores into the file, with what the page needs to
+tell a reader that a sentence is far from what the model was trained on (`domain`:
+which pieces its training sources hold rarely, and how many unfamiliar words the
+validation captions have), and renders the page
 `<out>/translate.html` for every model file in `<out>/translate/` (named as a
 direction is, de-en.js; each checked as the page checks it). `--out` is checked
 before the work: a folder that takes no new file, or a disk without room for the
@@ -70,6 +73,60 @@ def test_data(lib, cfg, vocab, root=None, n=None):
     tokens = lib.tokenized(SPLIT, src_lang, n, root)
     sources = {SPLIT: [lib.frame(vocab.encode(t)) for t in tokens]}
     return lib.TranslationData(vocab, vocab, [], [], sources, {SPLIT: text}, src_lang)
+
+
+RARE_BELOW = 5  # a piece seen fewer times in the training sources is rare
+NOTE_QUANTILE = 0.99  # the note: more unfamiliar words than 99% of the val captions
+CORPUS = "Multi30k: 29,000 image captions (Flickr30k) with their translations"
+
+
+def word_pieces(itos, ids) -> list[list[int]]:
+    """Source ids grouped by word: a piece that starts with "▁" starts a word
+    (as the page groups them, atkitDomain in atkit/translator.js)."""
+    words: list[list[int]] = []
+    for k, i in enumerate(ids):
+        if k == 0 or itos[i].startswith("▁"):
+            words.append([])
+        words[-1].append(i)
+    return words
+
+
+def unfamiliar_share(itos, rare, ids) -> tuple[int, int]:
+    """(unfamiliar words, words) of a source: a word is unfamiliar when the vocabulary
+    has no single piece for it (BPE merged what was frequent in training) or one of
+    its pieces is rare."""
+    words = word_pieces(itos, ids)
+    odd = sum(len(w) > 1 or any(rare[i] for i in w) for w in words)
+    return odd, len(words)
+
+
+def domain(lib, cfg, vocab, root=None) -> dict:
+    """The manifest's `domain`: the corpus in words; the pieces seen fewer than
+    RARE_BELOW times in the training split's sources (a bitmap over the ids, bit i of
+    byte i // 8, base64); `note_above`: the share of unfamiliar words that fewer than
+    1% of the validation sources exceed; `min_words`: unfamiliar words a sentence
+    needs besides (one odd word in a short sentence is no sign)."""
+    import base64
+
+    import numpy as np
+
+    root = str(lib.corpus.data_root(root))
+    counts = np.zeros(len(vocab), dtype=np.int64)
+    for tokens in lib.tokenized("train", cfg.src_lang, cfg.n_train, root):
+        np.add.at(counts, vocab.encode(tokens), 1)
+    rare = counts < RARE_BELOW
+    shares = []
+    for tokens in lib.tokenized("val", cfg.src_lang, cfg.n_eval, root):
+        odd, words = unfamiliar_share(vocab.itos, rare, vocab.encode(tokens))
+        shares.append(odd / max(words, 1))
+    bits = np.packbits(rare, bitorder="little").tobytes()
+    return {
+        "corpus": CORPUS,
+        "rare_below": RARE_BELOW,
+        "rare": base64.b64encode(bits).decode("ascii"),
+        "note_above": round(float(np.quantile(shares, NOTE_QUANTILE)), 3),
+        "min_words": 2,
+    }
 
 
 def page_searches(lib, alpha) -> dict:
@@ -218,6 +275,7 @@ def export_run(
     manifest["what"] = (
         f"Part 4's full recipe (shared BPE, tie='all'), {weights_of(manifest)}"
     )
+    manifest["domain"] = domain(lib, cfg, vocab, root)
     if bleu:
         start = time.perf_counter()
         data = test_data(lib, cfg, vocab, root, n_eval)

@@ -23,6 +23,20 @@ never inside one.
 
 Table of contents: every ``##`` heading, each with its ``###`` headings in a fold
 that opens for the part being read (a small script of the page, tools/page/page.js).
+Below the width of the sidebar the contents are a box under the title, and a button
+that stays at the bottom of the screen opens them over the text.
+
+For the reader of today (tools/page/page.js and style.css): light and dark following
+the system, with a button to choose; a copy button on each code cell; a print style
+(contents and buttons hidden, deep dives opened); a display formula wider than a phone
+scaled down to fit, and past a floor a box that scrolls with a visible cue. Under the
+title, links to the paper, the translation page and the exercises (PAGE_LEADS); each
+"§3.2.1" of the prose links to that section of the paper on ar5iv (AR5IV). Figures:
+an SVG output (plots are SVG, atkit.figures) is shown at atkit.figures.PAGE_PX_PER_IN
+px per inch, at most the column, with ``role="img"`` and its alt text as its name; the
+alt text is the ``alt`` of the cell's metadata (in the jupytext source, ``alt="..."``
+on the cell's fence line) or a drawing's caption, and a figure with neither is noted.
+Code blocks that may scroll sideways take keyboard focus (``tabindex="0"``).
 
 Deep dives: a ``### Deep dive: <title>`` heading whose next paragraph is a summary in
 italics (``*What this shows: ...*``) starts a section that runs to the next heading of
@@ -69,7 +83,7 @@ from pygments.formatters import HtmlFormatter
 from traitlets.config import Config
 
 try:
-    from atkit import attention_view
+    from atkit import attention_view, figures
     from atkit.files import write_text_atomic
     from tools import errors
 except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is not
@@ -93,6 +107,23 @@ PAGES = {
     "annotated_transformer.ipynb": "index.html",
     "exercises.ipynb": "exercises.html",
 }
+# The links under the title of each page: (class, href, text).
+PAPER_URL = "https://arxiv.org/abs/1706.03762"
+PAGE_LEADS = {
+    "annotated_transformer.ipynb": [
+        ("lead-try", "translate.html", "Try the trained model: German → English"),
+        ("lead-exercises", "exercises.html", "Exercises"),
+        ("lead-paper", PAPER_URL, "The paper (arXiv)"),
+    ],
+    "exercises.ipynb": [
+        ("lead-post", "index.html", "The post"),
+        ("lead-try", "translate.html", "Try the trained model"),
+        ("lead-paper", PAPER_URL, "The paper (arXiv)"),
+    ],
+}
+# "§3.2.1" in the prose links to that section of the paper on ar5iv (#S3.SS2.SSS1).
+AR5IV = "https://ar5iv.labs.arxiv.org/html/1706.03762"
+_SECTION_SIGN_RE = re.compile(r"§(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 _NOTEBOOK_LINK_RE = re.compile(
     r'href="(' + "|".join(map(re.escape, PAGES)) + r')(#[^"]*)?"'
 )
@@ -158,6 +189,9 @@ class Page:
     broken_links: list[str] = field(default_factory=list)  # fail --strict
     notes: list[str] = field(default_factory=list)  # warnings that do not fail --strict
     script: str = ""  # the page's own script (tools/page/page.js)
+    description: str = ""  # <meta name="description">: the first paragraph
+    lead_links: list[tuple[str, str, str]] = field(default_factory=list)
+    figures: list[dict] = field(default_factory=list)  # {"where", "alt"} per figure
 
     @property
     def title(self) -> str:
@@ -179,15 +213,19 @@ class Page:
             cls = ' class="toc-deep-dive"' if h.deep_dive else ""
             return f'<a href="#{h.anchor}"{cls}>{h.html}</a>'
 
+        # A part's fold opens with its own button (the <summary>, beside the link:
+        # a link inside a <summary> would be one control inside another).
         items = []
         for top, subs in groups:
             if not subs:
                 items.append(f'<li class="toc-part">{link(top)}</li>')
                 continue
             inner = "".join(f"<li>{link(s)}</li>" for s in subs)
+            name = html.escape(f"sections of {top.text}", quote=True)
             items.append(
-                f'<li class="toc-part"><details class="toc-fold"><summary>{link(top)}'
-                f"</summary><ol>{inner}</ol></details></li>"
+                f'<li class="toc-part">{link(top)}<details class="toc-fold">'
+                f'<summary aria-label="{name}"></summary><ol>{inner}</ol>'
+                "</details></li>"
             )
         return '<ol class="toc-parts">\n' + "\n".join(items) + "\n</ol>"
 
@@ -282,11 +320,7 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
                 view = out.get("data", {}).get("text/html", "")
                 if 'data-atkit="attention-view"' in view:  # today's script and style
                     out.data["text/html"] = attention_view.refresh(view)
-                svg = out.get("data", {}).get("image/svg+xml")
-                if svg:  # drawn inline: drop the XML prolog a document may not hold
-                    out.data["image/svg+xml"] = re.sub(
-                        r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", "", svg
-                    )
+                self._figure(cell, out)
                 outputs.append(out)
                 continue
             # An unfinished last line left blank is a cleared progress bar: the next
@@ -305,6 +339,91 @@ class PagePreprocessor(CoalesceStreamsPreprocessor):
                 outputs.append(out)
         cell.outputs = outputs
         return cell, resources
+
+    def _figure(self, cell, out) -> None:
+        """An image output's alt text (and a drawing's caption) into its metadata
+        for the template; an SVG sized for the page and named by its alt text."""
+        data = out.get("data", {})
+        kinds = [k for k in ("image/svg+xml", "image/png", "image/jpeg") if k in data]
+        if not kinds or "text/html" in data or "text/markdown" in data:
+            return
+        plain = data.get("text/plain", "")
+        plain = plain if isinstance(plain, str) else "".join(plain)
+        caption = plain[len("[figure: ") : -1] if plain.startswith("[figure: ") else ""
+        alt = " ".join(str(cell.metadata.get("alt", "")).split()) or caption
+        mark = out.setdefault("metadata", {}).setdefault("atpage", {})
+        mark.update(alt=alt, caption=caption)
+        self.page.figures.append({"where": _where(cell), "alt": alt})
+        if not alt:
+            self.page.notes.append(
+                f"{_where(cell)}: a figure without alt text; say what it shows in a "
+                'sentence: alt="..." on the cell\'s fence line in the .md'
+            )
+        if kinds[0] == "image/svg+xml":
+            data["image/svg+xml"] = page_svg(data["image/svg+xml"], alt)
+
+
+def page_svg(svg: str, alt: str) -> str:
+    """An SVG output as the page shows it inline: without the XML prolog a document
+    may not hold; PAGE_PX_PER_IN px wide per inch of its size (its height follows,
+    its width at most the column's, style.css); ``role="img"`` named by `alt`."""
+    svg = re.sub(r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", "", svg)
+    root = re.match(r"<svg\b[^>]*>", svg)
+    if not root:
+        return svg
+    tag = root.group(0)
+    width = re.search(r'\swidth="([0-9.]+)pt"', tag)
+    if width:
+        px = float(width.group(1)) / 72 * figures.PAGE_PX_PER_IN
+        tag = re.sub(r'\sheight="[0-9.]+pt"', "", tag)
+        tag = tag.replace(width.group(0), f' width="{px:.0f}"')
+    tag = re.sub(r'\s(role|aria-label)="[^"]*"', "", tag)
+    label = f' aria-label="{html.escape(alt, quote=True)}"' if alt else ""
+    tag = tag[:-1] + f' role="img"{label}>'
+    return tag + svg[root.end() :]
+
+
+def link_sections(fragment: str) -> str:
+    """Each "§x.y.z" in the text of an HTML fragment (not inside a link, code or a
+    preformatted block) as a link to that section of the paper on ar5iv."""
+
+    def anchor(m: re.Match) -> str:
+        parts = [p for p in m.groups() if p]
+        target = "S" + ".".join(
+            [parts[0], *(("SS", "SSS")[i] + p for i, p in enumerate(parts[1:]))]
+        )
+        return f'<a class="paper-ref" href="{AR5IV}#{target}">{m.group(0)}</a>'
+
+    out, inside = [], 0
+    for piece in re.split(r"(<[^>]+>)", fragment):
+        tag = re.match(r"<(/?)(a|code|pre)\b", piece, re.IGNORECASE)
+        if tag:
+            inside += -1 if tag.group(1) else 1
+        elif not piece.startswith("<") and not inside:
+            piece = _SECTION_SIGN_RE.sub(anchor, piece)
+        out.append(piece)
+    return "".join(out)
+
+
+def description(nb) -> str:
+    """The page's description: the first paragraph of prose (of 60 characters or
+    more, not a heading) of the notebook's markdown, as plain text, at most about
+    300 characters."""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for para in re.split(r"\n\s*\n", cell.source):
+            para = para.strip()
+            if not para or para.startswith(("#", "```", "|", "<", "!")):
+                continue
+            text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", para)
+            text = " ".join(re.sub(r"[*_`$\\]", "", text).split())
+            if len(text) < 60:
+                continue
+            if len(text) > 300:
+                text = text[:300].rsplit(" ", 1)[0] + "…"
+            return text
+    return ""
 
 
 def split_sections(source: str) -> list[str]:
@@ -490,6 +609,8 @@ class PageExporter(HTMLExporter):
             path=context["resources"]["metadata"]["path"],
         )
         out = MarkdownWithMath(renderer=renderer).render(source)
+        if not cell.get("metadata", {}).get("atpage", {}).get("deep_dive"):
+            out = link_sections(out)  # not in a <summary>: a link there is nested
         prose = re.sub(r"<(pre|code)\b.*?</\1>", " ", out, flags=re.DOTALL)
         for text in re.split(r"<[^>]+>", prose):
             if _TEX_LEFT_RE.search(html.unescape(text)):
@@ -603,6 +724,24 @@ def typeset(math: list[Math], katex_dir: Path) -> list[str]:
     return out
 
 
+DARK_CODE_STYLE = "github-dark"
+
+
+def dark_code_css() -> str:
+    """Pygments' colours of DARK_CODE_STYLE for the dark page: when the system is dark
+    and the reader chose nothing, or the reader chose dark (page.js sets
+    ``data-theme`` on <html>)."""
+    formatter = HtmlFormatter(style=DARK_CODE_STYLE)
+
+    def rules(prefix: str) -> str:  # the .highlight rules (not its line numbers')
+        defs = formatter.get_style_defs(prefix).split("\n")
+        return "\n".join(line for line in defs if line.startswith(prefix))
+
+    chosen = rules(':root[data-theme="dark"] .highlight')
+    system = rules(':root:not([data-theme="light"]) .highlight')
+    return f"{chosen}\n@media (prefers-color-scheme: dark) {{\n{system}\n}}"
+
+
 def katex_css(katex_dir: Path) -> str:
     """katex.min.css with each font as an inlined woff2 data URI."""
     css = (katex_dir / "dist" / "katex.min.css").read_text()
@@ -651,10 +790,13 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
         [
             katex_css(katex_dir),
             HtmlFormatter(style="default").get_style_defs(".highlight"),
+            dark_code_css(),
             (PAGE_DIR / "style.css").read_text(),
         ]
     )
     page.script = (PAGE_DIR / "page.js").read_text()
+    page.description = description(nb)
+    page.lead_links = PAGE_LEADS.get(notebook.name, [])
     resources = {
         "metadata": {"name": notebook.stem, "path": str(notebook.resolve().parent)},
     }
@@ -665,6 +807,9 @@ def render_html(notebook: Path, katex_dir: Path | None = None) -> tuple[str, Pag
         lambda m: f'href="{PAGES[m.group(1)]}{m.group(2) or ""}"', body
     )  # a link to a notebook leads to its page
     body = _in_page_links(body, page)
+    # A code block may scroll sideways: it takes keyboard focus, to scroll by keys.
+    body = re.sub(r'(<div class="highlight[^"]*"><pre)>', r'\1 tabindex="0">', body)
+    body = re.sub(r"<pre><code\b", '<pre tabindex="0"><code', body)
     remote = _REMOTE_TAG_RE.search(body) or _REMOTE_CSS_RE.search(body)
     if remote:
         raise PageError(
@@ -697,7 +842,7 @@ def _in_page_links(body: str, page: Page) -> str:
         page.broken_links.append(target)
         return m.group(0)
 
-    return re.sub(r'href="#([^"]*)"', fix, body)
+    return re.sub(r'(?<![\w:-])href="#([^"]*)"', fix, body)  # not an SVG's xlink:href
 
 
 def check_out(out: Path, write: bool = True) -> None:

@@ -8,8 +8,10 @@ Prose is every markdown cell, counted as whitespace-separated words, LaTeX and i
 code included (the way the older annotated versions' length was counted for
 comparison). A deep dive is a section whose heading starts with "Deep dive:" (see the
 notebook's own convention: folded on the page, collapsible in Jupyter); it runs to the
-next heading of its level or above. Everything else is the main path. The budgets are
-the ones the project set itself: at most 7,000 words on the main path, 10,000 in all.
+next heading of its level or above. The closing "## References" section (a list of
+the works cited, with their links) is not prose to read and counts nowhere. Everything
+else is the main path. The budgets are the ones the project set itself: at most 7,000
+words on the main path, 10,000 in all.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAIN_BUDGET, TOTAL_BUDGET = 7000, 10000
 HEADING = re.compile(r"^(#{1,6}) +(.*)$")
 DEEP = "Deep dive:"
+REFERENCES = "References"  # the bibliography: counted nowhere
 
 
 @dataclass
@@ -82,16 +85,22 @@ def classified_cells(notebook):
 
 def count(path: Path) -> Counts:
     """Words of prose and lines of code, on the main path and in deep dives."""
-    counts = Counts()
+    counts, references = Counts(), False
     for cell, deep, _ in classified_cells(read_notebook(path)):
         text = cell.source
         if cell.cell_type == "markdown":
-            prose = re.sub(r"<!--.*?-->", " ", text, flags=re.S).split()
-            words = sum(1 for w in prose if w.strip("#"))  # not a heading's hashes
-            if deep:
-                counts.deep_words += words
-            else:
-                counts.main_words += words
+            text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
+            for line in text.splitlines():
+                match = HEADING.match(line)
+                if match and len(match.group(1)) <= 2:  # the closing list of links
+                    references = match.group(2).strip() == REFERENCES
+                if references:
+                    continue
+                words = sum(1 for w in line.split() if w.strip("#"))  # no hashes
+                if deep:
+                    counts.deep_words += words
+                else:
+                    counts.main_words += words
         elif cell.cell_type == "code":
             lines = sum(1 for ln in text.splitlines() if ln.strip())
             if deep:
