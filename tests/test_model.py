@@ -13,6 +13,7 @@ from conftest import ROOT, clean_env, lazy
 torch = lazy("torch")
 nn = lazy("torch.nn")
 F = lazy("torch.nn.functional")
+fast = lazy("atkit.fast")
 
 
 def padding_mask(lengths, S):
@@ -67,7 +68,7 @@ def test_multi_head_attention_matches_torch(lib, impl):
     nn.MultiheadAttention with the same weights."""
     torch.manual_seed(0)
     d_model, h, B, T, S = 32, 4, 3, 5, 7
-    ours = lib.set_fast_path(lib.MultiHeadedAttention(h, d_model), attn_impl=impl)
+    ours = fast.set_fast_path(lib.MultiHeadedAttention(h, d_model), attn_impl=impl)
     ref = nn.MultiheadAttention(d_model, h, batch_first=True)
     copy_mha(ours, ref)
     x, mem = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
@@ -89,7 +90,7 @@ def test_sdpa_path_matches_didactic_outputs_and_gradients(lib):
 
     torch.manual_seed(0)
     a = lib.MultiHeadedAttention(4, 32)
-    b = lib.set_fast_path(copy.deepcopy(a))
+    b = fast.set_fast_path(copy.deepcopy(a))
     assert isinstance(b, fast.FusedAttention)
     assert isinstance(b, lib.MultiHeadedAttention)
     assert type(a) is lib.MultiHeadedAttention
