@@ -149,7 +149,7 @@ def test_grad_scaler_skips_an_overflowing_step_and_halves_its_scale(lib):
     data, model, opt, sched, loss_compute, prec = copy_parts(lib, cfg)
     scaler = prec.scaler
     assert prec.dtype is torch.float16 and scaler is not None and scaler.is_enabled()
-    assert lib.choose_precision(cuda(), "fp16").scaler is not None
+    assert fast.choose_precision(cuda(), "fp16").scaler is not None
     assert opt.param_groups[0]["fused"], "fused Adam takes the scale from the scaler"
     batch = lib.make_batches(data.train, cfg, cuda())[0]
     start = scaler.get_scale()

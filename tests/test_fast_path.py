@@ -161,7 +161,7 @@ def test_precision_by_capability(lib, monkeypatch):
     ):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda a=avx: a)
-        assert lib.choose_precision("cpu").name == name
+        assert fast.choose_precision("cpu").name == name
         assert runtime.auto_precision("cpu")[0] == name
     # torch.cuda.is_bf16_supported() says True on a T4 (emulation): never asked
     monkeypatch.setattr(
@@ -176,19 +176,19 @@ def test_precision_by_capability(lib, monkeypatch):
         ((9, 0), torch.bfloat16),
     ):
         monkeypatch.setattr(runtime, "gpu_capability", lambda d, c=cap: c)
-        precision = lib.choose_precision("cuda")
+        precision = fast.choose_precision("cuda")
         assert precision.dtype is dtype, cap
         assert (precision.scaler is not None) == (dtype is torch.float16)
     monkeypatch.setattr(runtime, "gpu_capability", lambda d: (7, 5))  # a Colab T4
     with pytest.raises(lib.ConfigError, match="emulates"):
-        lib.choose_precision("cuda", "bf16")
-    assert lib.choose_precision("cuda", "fp16").scaler is not None
+        fast.choose_precision("cuda", "bf16")
+    assert fast.choose_precision("cuda", "fp16").scaler is not None
     with pytest.raises(ValueError, match="fp16"):
-        lib.choose_precision("cpu", "fp16")
+        fast.choose_precision("cpu", "fp16")
     with pytest.raises(ValueError, match="precision"):  # RunConfig checks the name
         lib.run_config("ci", precision="fp8")
-    assert lib.choose_precision("cpu", "bf16").scaler is None
-    assert lib.choose_precision("cpu", "fp32").dtype is None
+    assert fast.choose_precision("cpu", "bf16").scaler is None
+    assert fast.choose_precision("cpu", "fp32").dtype is None
 
 
 def test_compile_only_where_it_works(lib, monkeypatch):
