@@ -379,3 +379,27 @@ def test_a_short_copy_run_is_seeded_and_cools_down_only_at_its_end(lib):
     assert not model.training and len(losses) == 2
     _, eq3 = lib.train_copy_task(**short, cooldown=0.0)
     assert eq3[0] == losses[0] and eq3[1] != losses[1]
+
+
+def test_padded_query_rows_reach_no_real_position(lib):
+    """Batches and masks: only padded *keys* are masked; the rows of padded queries
+    are computed but reach neither a real position nor the loss, so a sentence pair
+    padded at both ends of the batch gives the outputs and the loss it gives alone."""
+    torch.manual_seed(0)
+    model = lib.make_model(12, 12, "tiny", N=2, d_model=32, d_ff=64, h=4, P_drop=0.0)
+    model.eval()
+    src, tgt = torch.tensor([[1, 5, 6, 7, 2]]), torch.tensor([[1, 8, 9, 10, 2]])
+    alone = lib.Batch(src, tgt, pad=0)
+    padded = lib.Batch(F.pad(src, (0, 3)), F.pad(tgt, (0, 4)), pad=0)
+    assert padded.src_mask[0, 0].tolist() == [True] * 5 + [False] * 3
+    assert padded.tgt_mask[0].all(-1).sum() == 0 and padded.tgt_mask[0].any(-1).all()
+    crit = lib.LabelSmoothing(12, 0, 0.1)
+    outs, losses = [], []
+    for b in (alone, padded):
+        out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (1, T, d_model)
+        logp = model.generator(out)  # (1, T, 12)
+        outs.append(out[:, : alone.tgt.size(1)])
+        losses.append(crit(logp.view(-1, 12), b.tgt_y.reshape(-1)))
+    assert torch.allclose(outs[0], outs[1], atol=1e-5)
+    assert torch.allclose(losses[0], losses[1], atol=1e-5)
+    assert torch.isfinite(out).all()  # the padded rows: computed, finite, unused
