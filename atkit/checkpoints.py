@@ -28,7 +28,7 @@ from atkit.files import (
     raise_if_disk_full,
     writable_folder,
 )
-from atkit.settings import current_config
+from atkit.settings import current_config, free_on_resume
 
 CHECKPOINT_FORMAT = "annotated-transformer/3"
 
@@ -231,12 +231,12 @@ def as_state_dict(checkpoint) -> dict:
     return model if isinstance(model, dict) else checkpoint
 
 
-def states_to_average(sources, free_on_resume=lambda config: set()) -> list[dict]:
+def states_to_average(sources, config_class=None) -> list[dict]:
     """The model state dicts of checkpoints (paths, notebook checkpoints or state
     dicts) that can be averaged: at least one; one run's (the same settings, those
-    `free_on_resume(config)` names aside, and vocabularies, where the notebook's
-    format records them); the same keys, shapes and dtypes. Else an error that says
-    which checkpoint differs."""
+    that may differ within one run of `config_class` aside, and vocabularies, where
+    the notebook's format records them); the same keys, shapes and dtypes. Else an
+    error that says which checkpoint differs."""
     if isinstance(sources, str | Path | dict):
         raise TypeError(
             "average_checkpoints takes a list of checkpoints (paths or state dicts), "
@@ -253,7 +253,8 @@ def states_to_average(sources, free_on_resume=lambda config: set()) -> list[dict
             for i, _ in runs
         ]
         states = [c for _, c in runs]
-        same_run(names, states, may_differ=free_on_resume(states[0]["config"]))
+        free = free_on_resume(config_class, states[0]["config"]) if config_class else ()
+        same_run(names, states, may_differ=free)
     states = [as_state_dict(c) for c in loaded]
     if not states:
         raise ValueError("average_checkpoints needs at least one checkpoint")

@@ -369,3 +369,13 @@ def vocab_from_state(state: dict):
     if kind not in VOCAB_KINDS:
         raise ConfigError(f"unknown vocabulary kind {kind!r} in a checkpoint")
     return vocab_kind(kind)[0].from_state(state)
+
+
+def check_copy_task(cfg: RunConfig) -> None:
+    """The copy task (Part 5's check) has one vocabulary of symbols: a config that
+    asks for subwords or another source language is refused."""
+    if cfg.vocab != "words" or cfg.src_lang != "de":
+        raise ConfigError(
+            "the copy task has no languages or subwords: leave vocab and src_lang "
+            f"as they are (got vocab={cfg.vocab!r}, src_lang={cfg.src_lang!r})"
+        )

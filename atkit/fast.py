@@ -210,6 +210,18 @@ def fast_attention_impl(precision):
     return "didactic" if cpu_bf16 else "sdpa"
 
 
+def pad_to_multiple(src, tgt, multiple: int, pad: int):
+    """A batch's (src, tgt) padded with `pad` so that the source length and the
+    decoder's length (tgt's, less one) are multiples of `multiple`: an epoch's batches
+    then take a few distinct shapes, and a compiled step few recompilations."""
+    if multiple <= 1:
+        return src, tgt
+    S, T = src.size(1), tgt.size(1) - 1  # (B, S), (B, T + 1)
+    src = F.pad(src, (0, -S % multiple), value=pad)
+    tgt = F.pad(tgt, (0, -T % multiple), value=pad)
+    return src, tgt
+
+
 def maybe_compile(model, enabled=False, device="cpu", log=None):
     """torch.compile(model, dynamic=True) without duck sizing, when enabled and
     possible here; else the model itself (and `log` says why)."""

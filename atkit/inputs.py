@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import inspect
 
+from atkit.settings import check_setting
+
 
 def check_search(owner: str, search, searches: dict) -> None:
     """A search is called as search(model, src, src_mask, max_len, start, end,
@@ -56,6 +58,16 @@ def check_sources(sources, max_len: int, vocab_size: int | None = None) -> None:
                 f"{vocab_size} (ids 0 to {vocab_size - 1}); encode text with the "
                 "model's own vocabulary (vocab.encode)"
             )
+
+
+def check_translation(model, sources, decode_tokens, search, searches: dict) -> None:
+    """What translate_ids is handed: a search of `searches`, framed sources that fit
+    the model (check_sources: its vocabulary, its positional encoding's max_len) and
+    a decoding budget of at least one token."""
+    check_search("translate_ids", search, searches)
+    vocab_size = model.src_embed[0].lut.num_embeddings
+    check_sources(sources, model.config.max_len, vocab_size)
+    check_setting("translate_ids", "decode_tokens", decode_tokens, int, low=1)
 
 
 def text_list(texts) -> list[str]:

@@ -306,6 +306,19 @@ def last_snapshots(history: dict, n: int) -> list[int]:
     return history["steps"][max(0, best - n + 1) : best + 1]
 
 
+def load_last_snapshots(ckpt_dir, history: dict, n: int) -> list[dict]:
+    """The n snapshots that end at the best one (`last_snapshots`), each checked by
+    `load_snapshot`; refused, naming them, when some were not kept."""
+    steps = last_snapshots(history, n)
+    missing = [p.name for s in steps if not (p := snapshot_path(ckpt_dir, s)).exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"{ckpt_dir}: snapshots {missing} were not kept (the run's keep is "
+            f"smaller than n_avg={n}); average fewer, or train with a larger keep"
+        )
+    return [load_snapshot(ckpt_dir, history, s) for s in steps]
+
+
 def kept_steps(history: dict, keep: int) -> set[int]:
     """Steps whose snapshots may still be averaged: the last `keep` evaluations and
     the `keep` that end at the best one."""

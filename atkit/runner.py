@@ -35,20 +35,61 @@ from pathlib import Path
 
 import torch
 
-from atkit import resume, runtime
+from atkit import checkpoints, config, fast, resume, runtime
+from atkit.data import check_token_budget, epoch_order
 from atkit.resume import NonFiniteLossError, TrainingRun
 
 
 @dataclass(frozen=True)
 class Parts:
-    """What a run takes from the notebook."""
+    """What a run takes from the notebook: Part 1's model, Part 2's loss and
+    optimiser, Part 3's batches. `build` puts them together for one config, with
+    the faster step (`atkit.fast`) where the config asks for it."""
 
-    build: Callable  # (cfg, n_src, n_tgt, device) -> (model, optimizer, scheduler,
-    #                   loss_compute, precision)
+    build_model: Callable  # (model config, n_src, n_tgt) -> the model
+    label_smoothing: Callable  # (size, padding_idx, smoothing) -> the criterion
+    loss_compute: Callable  # (generator, criterion) -> the loss of a batch
+    make_optimizer: Callable  # (model, d_model, factor, warmup, fused=, **options)
     batches: Callable  # (pairs, cfg, device) -> list of Batch
-    order: Callable  # (n_batches, seed, epoch) -> the epoch's shuffled batch order
-    check_budget: Callable  # (cfg, pairs): refuses a sentence over the token budget
-    compile: Callable  # (model, enabled, device, log) -> the model, maybe compiled
+    pad: int  # the padding id
+    order: Callable = epoch_order  # (n_batches, seed, epoch) -> batch order
+    check_budget: Callable = check_token_budget  # (cfg, pairs)
+    compile: Callable = fast.maybe_compile  # (model, enabled, device, log) -> model
+
+    def build(self, cfg, n_src, n_tgt, device):
+        """(model, optimizer, scheduler, loss_compute, precision) for a config."""
+        torch.manual_seed(cfg.seed)
+        model = self.build_model(cfg.model, n_src, n_tgt)
+        precision = fast.choose_precision(device, cfg.precision)
+        criterion = self.label_smoothing(n_tgt, self.pad, cfg.eps_ls)
+        loss_compute = self.loss_compute(model.generator, criterion)
+        if cfg.fast:
+            fast.set_fast_path(model, attn_impl=fast.fast_attention_impl(precision))
+            loss_compute = fast.FastLossCompute(model.generator, self.pad, cfg.eps_ls)
+        optimizer, scheduler = self.make_optimizer(
+            model.to(device),
+            cfg.model.d_model,
+            cfg.factor,
+            cfg.warmup,
+            fused=cfg.fast,
+            total=cfg.steps,
+            cooldown=cfg.cooldown,
+            weight_decay=cfg.weight_decay,
+        )
+        return model, optimizer, scheduler, loss_compute, precision
+
+    def load(self, checkpoint, device="cpu"):
+        """(model in eval mode, RunConfig, source vocab, target vocab) of a
+        checkpoint file or dict in the notebook's format."""
+        state, where = checkpoints.checked_state(checkpoint)
+        with checkpoints.not_this_notebook(where):
+            cfg = config.RunConfig.from_dict(state["config"])
+            vs, vt = (
+                config.vocab_from_state(state[k]) for k in ("vocab_src", "vocab_tgt")
+            )
+            model = self.build_model(cfg.model, len(vs), len(vt))
+            model.load_state_dict(state["model"])
+        return model.to(device).eval(), cfg, vs, vt
 
 
 # ------------------------------------------------------------------ one step

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from atkit import resume, schedule, seeds
+from atkit import config, fast, resume, schedule, seeds
 from atkit.resume import NonFiniteLossError
 from atkit.settings import ConfigError
 
@@ -46,8 +46,6 @@ class Notebook:
     greedy: Callable  # the greedy search
     search: Callable  # make_search: ("beam", beam_size=, alpha=) -> a search
     rate: Callable  # (step, d_model, factor, warmup, total, cooldown) -> its rate
-    precision: Callable  # (device, cfg.precision) -> a Precision (its .name)
-    config: type  # RunConfig
 
 
 @dataclass
@@ -362,9 +360,9 @@ def averaging_analysis(trained, finals, recipe, root, device, nb) -> dict | None
 def seed_noise(preset, cfgs: dict, device, nb: Notebook):
     """The committed seed spread of `cfgs` (name -> RunConfig) and the larger of
     their ranges of test BLEU; ({"why_not": ...}, None) when it does not apply."""
-    precision = nb.precision(device, cfgs["full recipe"].precision).name
+    precision = fast.choose_precision(device, cfgs["full recipe"].precision).name
     configs = {name: c.to_dict() for name, c in cfgs.items()}
-    spread, why = seeds.load_spread(preset, configs, nb.config, precision)
+    spread, why = seeds.load_spread(preset, configs, config.RunConfig, precision)
     if spread is None:
         return {"why_not": why}, None
     ranges = [m["bleu_test_2016_flickr"]["range"] for m in spread["models"].values()]

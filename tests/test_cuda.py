@@ -17,6 +17,7 @@ from atkit.launch import launch_torchrun, worker_code
 from conftest import lazy, quiet
 
 torch = lazy("torch")
+fast = lazy("atkit.fast")
 
 # a condition in a string is evaluated when a test runs, not while the tests are
 # collected (which loads no torch)
@@ -43,7 +44,7 @@ def copy_parts(lib, cfg):
     Part 5's copy task (no corpus needed)."""
     data = lib.copy_task_data(cfg)
     V = len(data.vocab_src)
-    return (data, *lib.training_parts(cfg, V, V, cuda()))
+    return (data, *lib.TRAINING.build(cfg, V, V, cuda()))
 
 
 def expected_dtype(precision: str) -> torch.dtype:
@@ -148,7 +149,7 @@ def test_grad_scaler_skips_an_overflowing_step_and_halves_its_scale(lib):
     data, model, opt, sched, loss_compute, prec = copy_parts(lib, cfg)
     scaler = prec.scaler
     assert prec.dtype is torch.float16 and scaler is not None and scaler.is_enabled()
-    assert lib.choose_precision(cuda(), "fp16").scaler is not None
+    assert fast.choose_precision(cuda(), "fp16").scaler is not None
     assert opt.param_groups[0]["fused"], "fused Adam takes the scale from the scaler"
     batch = lib.make_batches(data.train, cfg, cuda())[0]
     start = scaler.get_scale()
@@ -204,10 +205,10 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
     )
     try:
         V_src, V_tgt = len(data.vocab_src), len(data.vocab_tgt)
-        model, opt, sched, loss_compute, prec = lib.training_parts(
+        model, opt, sched, loss_compute, prec = lib.TRAINING.build(
             cfg, V_src, V_tgt, cuda()
         )
-        net = lib.maybe_compile(model, True, cuda())
+        net = fast.maybe_compile(model, True, cuda())
         assert net is not model and net._orig_mod is model
 
         def grads(call, b):
@@ -266,7 +267,7 @@ def test_sdpa_matches_didactic_attention_in_bf16(lib):
             ("didactic", torch.bfloat16),
             ("sdpa", torch.bfloat16),
         ):
-            lib.set_fast_path(mha, attn_impl=impl)  # "sdpa": atkit.fast's fused class
+            fast.set_fast_path(mha, attn_impl=impl)  # "sdpa": atkit.fast's fused class
             autocast = torch.autocast("cuda", torch.bfloat16, enabled=bool(dtype))
             with torch.no_grad(), autocast:
                 out[impl, dtype] = mha(x, kv, kv, mask).float()

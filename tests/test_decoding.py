@@ -29,6 +29,7 @@ from conftest import lazy, needs
 from tools import train as cli
 
 torch = lazy("torch")
+fast = lazy("atkit.fast")
 
 TINY = {"n_train": 200, "n_eval": 8, "max_len": 40, "N": 1, "d_model": 32, "h": 2}
 
@@ -212,7 +213,7 @@ def stepper_model(lib, norm, attn_impl, tie="none"):
         13, 13, "tiny", N=2, d_model=32, d_ff=64, h=4, norm=norm, tie=tie
     )
     if attn_impl == "sdpa":
-        lib.set_fast_path(model)
+        fast.set_fast_path(model)
     return model.eval()
 
 

@@ -59,12 +59,12 @@ def cli_args(ckpt_dir, *extra):
 
 # Each worker runs this before train_cli: test-only changes stay in the tests.
 SGD = (
-    "import torch, nbexport\n"
+    "import dataclasses, torch, nbexport\n"
     "m = nbexport.load()\n"
     "def sgd(model, d_model, factor=1.0, warmup=4000, fused=False, **kw):\n"
     "    opt = torch.optim.SGD(model.parameters(), lr=0.5)\n"
     "    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))\n"
-    "m.make_optimizer = sgd\n"
+    "m.TRAINING = dataclasses.replace(m.TRAINING, make_optimizer=sgd)\n"
 )
 LOCAL_NORM = "import nbexport\nm = nbexport.load()\nm.DataParallel.norm = None\n"
 FAULT = (

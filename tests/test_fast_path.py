@@ -31,7 +31,7 @@ def test_whole_model_fast_path_gives_same_outputs_and_gradients(lib, norm):
     V = 30
     slow = lib.make_model(V, V, "tiny", N=2, d_model=32, d_ff=64, h=4, norm=norm)
     slow.eval()  # dropout off: the two paths draw random numbers differently
-    quick = lib.set_fast_path(copy.deepcopy(slow))
+    quick = fast.set_fast_path(copy.deepcopy(slow))
     attn = [m for m in quick.modules() if isinstance(m, lib.MultiHeadedAttention)]
     assert attn and all(isinstance(m, fast.FusedAttention) for m in attn)
     b = padded_batch(lib, V, [9, 6, 3])
@@ -51,17 +51,17 @@ def test_whole_model_fast_path_gives_same_outputs_and_gradients(lib, norm):
 def test_fast_path_switch_keeps_weights_and_switches_back(lib):
     model = lib.make_model(20, 20, "tiny", N=1, d_model=16, d_ff=32, h=2)
     keys = list(model.state_dict())
-    lib.set_fast_path(model)
+    fast.set_fast_path(model)
     assert list(model.state_dict()) == keys
     norms = [m for m in model.modules() if isinstance(m, lib.LayerNorm)]
     assert norms and all(isinstance(m, fast.FusedLayerNorm) for m in norms)
     attn = [m for m in model.modules() if isinstance(m, lib.MultiHeadedAttention)]
     assert attn and all(isinstance(m, fast.FusedAttention) for m in attn)
-    lib.set_fast_path(model)  # twice: still one fused subclass, of Part 1's class
+    fast.set_fast_path(model)  # twice: still one fused subclass, of Part 1's class
     assert {type(m).__mro__[1:3] for m in attn} == {
         (fast.FusedAttention, lib.MultiHeadedAttention)
     }
-    lib.set_fast_path(model, fast=False)
+    fast.set_fast_path(model, fast=False)
     assert all(type(m) is lib.LayerNorm for m in norms)
     assert all(type(m) is lib.MultiHeadedAttention for m in attn)
     assert list(model.state_dict()) == keys
@@ -73,7 +73,7 @@ def test_fused_layer_norm_matches_didactic(lib):
     with torch.no_grad():
         slow.gamma.normal_()
         slow.beta.normal_()
-    fused = lib.set_fast_path(copy.deepcopy(slow))
+    fused = fast.set_fast_path(copy.deepcopy(slow))
     assert isinstance(fused, fast.FusedLayerNorm)
     for scale in (1e-3, 1.0, 1e3):
         x = scale * torch.randn(3, 5, 24)
@@ -90,7 +90,7 @@ def test_fused_loss_matches_label_smoothing(lib, smoothing):
     y[:, 4:] = pad
     y[3, 1:] = pad
     slow = lib.SimpleLossCompute(gen, lib.LabelSmoothing(V, pad, smoothing))
-    fused = lib.FastLossCompute(gen, pad, smoothing)
+    fused = fast.FastLossCompute(gen, pad, smoothing)
     results = []
     for compute in (slow, fused):
         total, loss = compute(x, y, 13)
@@ -111,14 +111,14 @@ def test_accumulated_micro_batches_equal_one_big_batch(lib):
     V = 25
     a = lib.make_model(V, V, "tiny", N=1, d_model=16, d_ff=32, h=2, P_drop=0.0)
     b = copy.deepcopy(a)
-    lib.set_fast_path(b)
+    fast.set_fast_path(b)
     b1, b2 = padded_batch(lib, V, [7, 3], seed=1), padded_batch(lib, V, [7, 7], seed=2)
     both = lib.Batch(torch.cat([b1.src, b2.src]), torch.cat([b1.src, b2.src]), 0)
     states = []
     for model, batches in ((a, [both]), (b, [b1, b2])):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        loss_compute = lib.FastLossCompute(model.generator, 0, 0.1)
+        loss_compute = fast.FastLossCompute(model.generator, 0, 0.1)
         total = lib.runner.train_step(model, batches, loss_compute, opt, sched)
         states.append((total, model.state_dict()))
     (t_a, s_a), (t_b, s_b) = states
@@ -161,7 +161,7 @@ def test_precision_by_capability(lib, monkeypatch):
     ):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda a=avx: a)
-        assert lib.choose_precision("cpu").name == name
+        assert fast.choose_precision("cpu").name == name
         assert runtime.auto_precision("cpu")[0] == name
     # torch.cuda.is_bf16_supported() says True on a T4 (emulation): never asked
     monkeypatch.setattr(
@@ -176,26 +176,26 @@ def test_precision_by_capability(lib, monkeypatch):
         ((9, 0), torch.bfloat16),
     ):
         monkeypatch.setattr(runtime, "gpu_capability", lambda d, c=cap: c)
-        precision = lib.choose_precision("cuda")
+        precision = fast.choose_precision("cuda")
         assert precision.dtype is dtype, cap
         assert (precision.scaler is not None) == (dtype is torch.float16)
     monkeypatch.setattr(runtime, "gpu_capability", lambda d: (7, 5))  # a Colab T4
     with pytest.raises(lib.ConfigError, match="emulates"):
-        lib.choose_precision("cuda", "bf16")
-    assert lib.choose_precision("cuda", "fp16").scaler is not None
+        fast.choose_precision("cuda", "bf16")
+    assert fast.choose_precision("cuda", "fp16").scaler is not None
     with pytest.raises(ValueError, match="fp16"):
-        lib.choose_precision("cpu", "fp16")
+        fast.choose_precision("cpu", "fp16")
     with pytest.raises(ValueError, match="precision"):  # RunConfig checks the name
         lib.run_config("ci", precision="fp8")
-    assert lib.choose_precision("cpu", "bf16").scaler is None
-    assert lib.choose_precision("cpu", "fp32").dtype is None
+    assert fast.choose_precision("cpu", "bf16").scaler is None
+    assert fast.choose_precision("cpu", "fp32").dtype is None
 
 
 def test_compile_only_where_it_works(lib, monkeypatch):
     m = torch.nn.Linear(2, 2)
     monkeypatch.setattr(runtime, "gpu_capability", lambda d: (6, 0))  # a P100
     assert runtime.compile_works("cuda")[0] is False
-    assert lib.maybe_compile(m, True, "cuda") is m
+    assert fast.maybe_compile(m, True, "cuda") is m
     monkeypatch.setattr(runtime, "gpu_capability", lambda d: (7, 5))
     monkeypatch.setattr(runtime, "c_compiler", lambda: "/usr/bin/gcc")
     monkeypatch.setattr(runtime, "python_headers", lambda: True)
@@ -208,10 +208,10 @@ def test_compile_only_where_it_works(lib, monkeypatch):
     )
     monkeypatch.setattr(runtime, "c_compiler", lambda: None)
     assert "C compiler" in runtime.compile_works("cuda")[1]
-    assert lib.maybe_compile(m, True, "cuda") is m
+    assert fast.maybe_compile(m, True, "cuda") is m
     monkeypatch.setattr("shutil.which", lambda name: None)  # no C++ compiler
     assert runtime.compile_works("cpu")[0] is False
-    assert lib.maybe_compile(m, True, "cpu") is m
+    assert fast.maybe_compile(m, True, "cpu") is m
 
 
 def test_c_compiler_is_the_one_triton_would_use(monkeypatch):
@@ -248,11 +248,11 @@ def test_one_compiled_graph_for_an_epoch_of_shapes(lib, monkeypatch):
             lambda m, o=original, c=counter, **kw: o(m, backend=c, **kw),
         )
         model = lib.build_model(cfg.model, len(data.vocab_src), len(data.vocab_tgt))
-        lib.set_fast_path(model)
+        fast.set_fast_path(model)
         if duck:  # what torch.compile(dynamic=True) does by default
             net = torch.compile(model, dynamic=True)
         else:
-            net = lib.maybe_compile(model, True, "cpu")
+            net = fast.maybe_compile(model, True, "cpu")
         order = sorted(batches, key=lambda b: b.src.size(1) != b.tgt.size(1))
         with torch.no_grad():
             for b in order:  # a batch with S == T comes first
@@ -284,7 +284,7 @@ def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
         return fast.Precision(None, "cpu", scaler)
 
-    monkeypatch.setattr(lib, "choose_precision", with_scaler)
+    monkeypatch.setattr("atkit.fast.choose_precision", with_scaler)
     whole, _ = lib.train(cfg, data, tmp_path / "whole", "cpu", log=lambda *a: None)
     lib.train(cfg, data, tmp_path / "cut", "cpu", max_steps=4, log=lambda *a: None)
     state = lib.checkpoints.load_checkpoint(tmp_path / "cut" / "last.pt")
@@ -301,7 +301,7 @@ def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
 def test_bf16_autocast_step_is_close_to_fp32(lib):
     torch.manual_seed(0)
     V = 25
-    model = lib.set_fast_path(
+    model = fast.set_fast_path(
         lib.make_model(V, V, "tiny", N=1, d_model=32, d_ff=64, h=2, P_drop=0.0)
     )
     twin = copy.deepcopy(model)
@@ -310,7 +310,7 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
     for m, dtype in ((model, None), (twin, torch.bfloat16)):
         opt = torch.optim.SGD(m.parameters(), lr=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        loss_compute = lib.FastLossCompute(m.generator, 0, 0.1)
+        loss_compute = fast.FastLossCompute(m.generator, 0, 0.1)
         precision = fast.Precision(dtype, "cpu")
         losses.append(
             lib.runner.train_step(
@@ -323,10 +323,10 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
 
 
 def test_fast_attention_choice(lib):
-    assert lib.fast_attention_impl(fast.Precision(None, "cpu")) == "sdpa"
-    assert lib.fast_attention_impl(fast.Precision(torch.bfloat16, "cpu")) == "didactic"
-    assert lib.fast_attention_impl(fast.Precision(torch.bfloat16, "cuda")) == "sdpa"
-    m = lib.set_fast_path(
+    assert fast.fast_attention_impl(fast.Precision(None, "cpu")) == "sdpa"
+    assert fast.fast_attention_impl(fast.Precision(torch.bfloat16, "cpu")) == "didactic"
+    assert fast.fast_attention_impl(fast.Precision(torch.bfloat16, "cuda")) == "sdpa"
+    m = fast.set_fast_path(
         lib.make_model(9, 9, "tiny", N=1, d_model=16, d_ff=32, h=2),
         attn_impl="didactic",
     )
@@ -334,7 +334,7 @@ def test_fast_attention_choice(lib):
     attn = [x for x in m.modules() if isinstance(x, lib.MultiHeadedAttention)]
     assert attn and all(type(x) is lib.MultiHeadedAttention for x in attn)
     with pytest.raises(ValueError, match="attn_impl='fused'"):
-        lib.set_fast_path(m, attn_impl="fused")
+        fast.set_fast_path(m, attn_impl="fused")
 
 
 def test_fused_adam_takes_the_same_steps_as_make_optimizer(lib):
@@ -360,8 +360,8 @@ def test_fused_adam_takes_the_same_steps_as_make_optimizer(lib):
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit, via compile
 def test_compile_option_is_off_by_default(lib):
     m = torch.nn.Linear(2, 2)
-    assert lib.maybe_compile(m) is m
-    compiled = lib.maybe_compile(m, enabled=True)  # wraps lazily; compiles on call
+    assert fast.maybe_compile(m) is m
+    compiled = fast.maybe_compile(m, enabled=True)  # wraps lazily; compiles on call
     assert compiled is not m and compiled._orig_mod is m
 
 
@@ -428,7 +428,7 @@ def test_plain_forward_runs_part_1s_classes_for_a_block(lib):
     """Part 6 reads the weights Part 1's attention keeps; on a fast model,
     fast.plain_forward switches every module back for the block, and after it (also
     after an error) the fast classes are back."""
-    model = lib.set_fast_path(lib.make_model(9, 9, "tiny", N=1, d_model=16, h=2))
+    model = fast.set_fast_path(lib.make_model(9, 9, "tiny", N=1, d_model=16, h=2))
     before = [type(m) for m in model.modules()]
     with fast.plain_forward(model):
         assert not any(hasattr(type(m), "plain_class") for m in model.modules())
@@ -457,11 +457,11 @@ class SyncCounter:
 
 def fast_setup(lib, V=25):
     torch.manual_seed(0)
-    model = lib.set_fast_path(
+    model = fast.set_fast_path(
         lib.make_model(V, V, "tiny", N=1, d_model=32, d_ff=64, h=2)
     )
     opt, sched = lib.make_optimizer(model, 32, warmup=10, fused=True)
-    return model, lib.FastLossCompute(model.generator, 0, 0.1), opt, sched
+    return model, fast.FastLossCompute(model.generator, 0, 0.1), opt, sched
 
 
 def test_fast_train_step_never_waits_for_the_device(lib, monkeypatch):
@@ -497,7 +497,7 @@ def test_compiled_fast_step_matches_eager_on_cpu(lib):
     step on the CPU too."""
     eager, loss_e, opt_e, _ = fast_setup(lib)
     twin, loss_t, opt_t, _ = fast_setup(lib)
-    compiled = lib.maybe_compile(twin, enabled=True)
+    compiled = fast.maybe_compile(twin, enabled=True)
     b = padded_batch(lib, 25, [8, 5, 2])
     eager.eval(), twin.eval()  # no dropout: the paths draw random numbers differently
     for m, loss, opt in (
@@ -528,10 +528,10 @@ def test_cheap_dropout_drops_p_and_keeps_the_expectation(lib):
             assert abs(y.double().mean().item() - 1) < 0.01
         assert not torch.equal(drop(x), drop(x)), "a fresh mask each call"
         assert torch.equal(drop.eval()(x), x)
-    model = lib.set_fast_path(lib.make_model(11, 11, "tiny"))
+    model = fast.set_fast_path(lib.make_model(11, 11, "tiny"))
     kinds = {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)}
     assert kinds == {fast.CheapDropout}
-    lib.set_fast_path(model, fast=False)
+    fast.set_fast_path(model, fast=False)
     assert {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {
         torch.nn.Dropout
     }

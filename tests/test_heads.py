@@ -11,6 +11,7 @@ import pytest
 from conftest import lazy
 
 torch = lazy("torch")
+fast = lazy("atkit.fast")
 plt = lazy("matplotlib.pyplot")
 
 TINY = {"n_train": 300, "n_eval": 10}
@@ -160,7 +161,7 @@ def test_attention_maps_read_part_1s_weights_also_from_a_fast_model(lib):
 
     torch.manual_seed(0)
     plain = lib.make_model(16, 16, "tiny", N=2, d_model=32, d_ff=64, h=2, max_len=64)
-    quick = lib.set_fast_path(copy.deepcopy(plain)).train()
+    quick = fast.set_fast_path(copy.deepcopy(plain)).train()
     kinds = [type(m) for m in quick.modules()]
     src_ids, tgt_ids = lib.frame([5, 6, 7, 8]), [lib.BOS, 9, 10]
     want = lib.attention_maps(plain, src_ids, tgt_ids)

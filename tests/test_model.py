@@ -13,6 +13,7 @@ from conftest import ROOT, clean_env, lazy
 torch = lazy("torch")
 nn = lazy("torch.nn")
 F = lazy("torch.nn.functional")
+fast = lazy("atkit.fast")
 
 
 def padding_mask(lengths, S):
@@ -67,7 +68,7 @@ def test_multi_head_attention_matches_torch(lib, impl):
     nn.MultiheadAttention with the same weights."""
     torch.manual_seed(0)
     d_model, h, B, T, S = 32, 4, 3, 5, 7
-    ours = lib.set_fast_path(lib.MultiHeadedAttention(h, d_model), attn_impl=impl)
+    ours = fast.set_fast_path(lib.MultiHeadedAttention(h, d_model), attn_impl=impl)
     ref = nn.MultiheadAttention(d_model, h, batch_first=True)
     copy_mha(ours, ref)
     x, mem = torch.randn(B, T, d_model), torch.randn(B, S, d_model)
@@ -89,7 +90,7 @@ def test_sdpa_path_matches_didactic_outputs_and_gradients(lib):
 
     torch.manual_seed(0)
     a = lib.MultiHeadedAttention(4, 32)
-    b = lib.set_fast_path(copy.deepcopy(a))
+    b = fast.set_fast_path(copy.deepcopy(a))
     assert isinstance(b, fast.FusedAttention)
     assert isinstance(b, lib.MultiHeadedAttention)
     assert type(a) is lib.MultiHeadedAttention
@@ -378,3 +379,27 @@ def test_a_short_copy_run_is_seeded_and_cools_down_only_at_its_end(lib):
     assert not model.training and len(losses) == 2
     _, eq3 = lib.train_copy_task(**short, cooldown=0.0)
     assert eq3[0] == losses[0] and eq3[1] != losses[1]
+
+
+def test_padded_query_rows_reach_no_real_position(lib):
+    """Batches and masks: only padded *keys* are masked; the rows of padded queries
+    are computed but reach neither a real position nor the loss, so a sentence pair
+    padded at both ends of the batch gives the outputs and the loss it gives alone."""
+    torch.manual_seed(0)
+    model = lib.make_model(12, 12, "tiny", N=2, d_model=32, d_ff=64, h=4, P_drop=0.0)
+    model.eval()
+    src, tgt = torch.tensor([[1, 5, 6, 7, 2]]), torch.tensor([[1, 8, 9, 10, 2]])
+    alone = lib.Batch(src, tgt, pad=0)
+    padded = lib.Batch(F.pad(src, (0, 3)), F.pad(tgt, (0, 4)), pad=0)
+    assert padded.src_mask[0, 0].tolist() == [True] * 5 + [False] * 3
+    assert padded.tgt_mask[0].all(-1).sum() == 0 and padded.tgt_mask[0].any(-1).all()
+    crit = lib.LabelSmoothing(12, 0, 0.1)
+    outs, losses = [], []
+    for b in (alone, padded):
+        out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)  # (1, T, d_model)
+        logp = model.generator(out)  # (1, T, 12)
+        outs.append(out[:, : alone.tgt.size(1)])
+        losses.append(crit(logp.view(-1, 12), b.tgt_y.reshape(-1)))
+    assert torch.allclose(outs[0], outs[1], atol=1e-5)
+    assert torch.allclose(losses[0], losses[1], atol=1e-5)
+    assert torch.isfinite(out).all()  # the padded rows: computed, finite, unused

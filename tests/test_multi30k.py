@@ -17,6 +17,7 @@ from conftest import RUN_TINY, lazy
 from tools import train as cli
 
 torch = lazy("torch")
+atconfig = lazy("atkit.config")
 
 TINY = RUN_TINY
 
@@ -79,7 +80,7 @@ def test_unknown_vocabulary_kinds(lib):
     with pytest.raises(lib.ConfigError, match="src_lang"):
         lib.run_config("ci", src_lang="fr")
     with pytest.raises(ValueError, match="kind"):
-        lib.vocab_from_state({"kind": "chars"})
+        atconfig.vocab_from_state({"kind": "chars"})
 
 
 def test_a_vocabulary_kind_used_before_its_part_names_the_cell(lib, monkeypatch):
@@ -98,7 +99,7 @@ def test_a_vocabulary_kind_used_before_its_part_names_the_cell(lib, monkeypatch)
         "vocabulary\" cell first, or use vocab='words'"
     )
     with pytest.raises(lib.ConfigError, match="run Part 4's"):
-        lib.vocab_from_state({"kind": "bpe", "model": None})
+        atconfig.vocab_from_state({"kind": "bpe", "model": None})
     for kind, where in config.VOCAB_KINDS.items():
         (block,) = [
             b

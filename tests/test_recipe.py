@@ -14,6 +14,7 @@ from atkit import config, report, schedule, searches, seeds
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
+fast = lazy("atkit.fast")
 table = lazy("atkit.table")
 
 STEPS = dict(steps=40, eval_every=10, keep=3)  # the ci preset, shorter
@@ -521,7 +522,7 @@ def test_seed_noise_reads_the_committed_spread_of_these_settings(
     assert spread == {
         "why_not": "not measured for preset ci (seed-spread-ci.json is missing)"
     }
-    precision = lib.choose_precision("cpu", cfgs["part3"].precision).name
+    precision = fast.choose_precision("cpu", cfgs["part3"].precision).name
     measured = {
         "precision": precision,
         "machine": "here",

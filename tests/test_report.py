@@ -253,3 +253,18 @@ def test_the_committed_model_in_one_sentence():
         "greedy, 39.00 with beam search. A model you train is another model, with "
         "other attention."
     )
+
+
+def test_an_unknown_word_is_scored_as_one_wrong_token():
+    """atkit.scoring.corpus_bleu (the notebook's `bleu`): `<unk>` and `⁇` count as
+    one token that matches nothing, where sacreBLEU's 13a would split them in three;
+    the outputs holding one are counted."""
+    from atkit.scoring import corpus_bleu
+
+    refs = ["a dog runs on the grass .", "two men play ."]
+    hyps = ["a <unk> runs on the grass .", "two \u2047 play ."]
+    r = corpus_bleu(hyps, refs)
+    assert r["score"].sys_len == r["score"].ref_len == 11  # one token each
+    assert r["ratio"] == 1.0 and r["unk"] == 2 and r["hyps"] == hyps
+    assert r["score"].counts[0] == 9  # the unknown words match nothing
+    assert "tok:13a" in r["signature"] and r["bleu"] == round(r["score"].score, 2)

@@ -44,6 +44,7 @@ from tools import train as cli
 
 torch = lazy("torch")
 resume = lazy("atkit.resume")
+corpus = lazy("atkit.data")
 
 # ---------------------------------------------------------------- settings
 
@@ -240,7 +241,7 @@ def test_the_copy_task_honours_tie_and_refuses_what_it_has_not(lib):
     for tie in ("none", "tgt", "all"):
         cfg = copy_cfg(lib, tie=tie)
         data = lib.copy_task_data(cfg)
-        model = lib.training_parts(cfg, len(data.vocab_src), len(data.vocab_tgt), "cpu")
+        model = lib.TRAINING.build(cfg, len(data.vocab_src), len(data.vocab_tgt), "cpu")
         counts[tie] = sum(p.numel() for p in model[0].parameters())
     assert counts["none"] > counts["tgt"] > counts["all"]
     for change in ({"vocab": "bpe"}, {"src_lang": "en"}):
@@ -639,10 +640,11 @@ def test_a_token_budget_below_the_longest_sentence_is_refused(
         message = refused([*CLI_TINY, *base, "--set", f"max_tokens={budget}"], capsys)
         for word in (f"max_tokens={budget}", f"{longest} ids", f">= {longest}"):
             assert word in message, (word, message)
-    lib.check_token_budget(cfg.updated(max_tokens=longest), pairs)  # fits exactly
+    corpus.check_token_budget(cfg.updated(max_tokens=longest), pairs)  # fits exactly
     padded = -(-longest // 8) * 8
+    padded_cfg = cfg.updated(max_tokens=longest, pad_multiple=8)
     with pytest.raises(lib.ConfigError, match=f"{padded} ids.*pad_multiple=8"):
-        lib.check_token_budget(cfg.updated(max_tokens=longest, pad_multiple=8), pairs)
+        corpus.check_token_budget(padded_cfg, pairs)
     assert not (tmp_path / "r.json").exists()
 
 

@@ -116,10 +116,12 @@ def test_every_program_ends_through_run_main():
 
 def test_compiling_is_announced(lib, monkeypatch):
     """torch.compile is silent for minutes on a CPU: maybe_compile says so first."""
+    from atkit import fast
+
     monkeypatch.setattr(lib.runtime, "compile_works", lambda device: (True, ""))
     monkeypatch.setattr(lib.torch, "compile", lambda model, **kw: model)
     said = []
-    lib.maybe_compile(object(), enabled=True, device="cpu", log=said.append)
+    fast.maybe_compile(object(), enabled=True, device="cpu", log=said.append)
     assert said and "first steps take a minute or more" in said[0]
 
 

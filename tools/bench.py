@@ -13,7 +13,7 @@ The didactic path is Parts 1-2 as written: attention and LayerNorm as explicit t
 operations, log-softmax + LabelSmoothing, float32, Adam's per-tensor update. The fast
 path is Part 2's fast step in the preset's precision ("auto": what the hardware does
 best) and, where the preset says so, compiled. Both are assembled by the notebook's
-`training_parts` and trained by its `train_step`, on batches made by its `make_batches`
+`TRAINING.build` and trained by its `train_step`, on batches made by its `make_batches`
 from random token ids with Multi30k-like lengths. Throughput is counted in label
 (target) tokens per second. Paths alternate round by round so that load from other
 processes hits both alike; the best round counts.
@@ -256,10 +256,12 @@ def build(lib, cfg, vocab, path, device, precision, compile_model, attn=None):
         cfg = cfg.updated(fast=False, precision="fp32", compile=False)
     else:
         cfg = cfg.updated(fast=True, precision=precision, compile=compile_model)
-    model, opt, sched, loss, prec = lib.training_parts(cfg, vocab, vocab, device)
+    from atkit import fast as atfast
+
+    model, opt, sched, loss, prec = lib.TRAINING.build(cfg, vocab, vocab, device)
     if path == "fast" and attn:
-        lib.set_fast_path(model, attn_impl=attn)
-    net = lib.maybe_compile(model, cfg.compile, device)
+        atfast.set_fast_path(model, attn_impl=attn)
+    net = atfast.maybe_compile(model, cfg.compile, device)
     return net, loss, opt, sched, prec
 
 
@@ -496,8 +498,10 @@ def main(argv=None) -> int:
         indent=2,
     )
     if "fast" in setups:
+        from atkit import fast as atfast
+
         fast = setups["fast"]
-        impl = args.attn or lib.fast_attention_impl(fast[4])
+        impl = args.attn or atfast.fast_attention_impl(fast[4])
         print(
             f"fast path: precision {fast[4].name}, attention {impl}, "
             f"compile={compile_model and fast[0] is not model}"

@@ -254,7 +254,7 @@ def export_run(
         model = lib.averaged_model(ckpt_dir, history, "cpu", len(steps))
     except ValueError as err:  # a snapshot of another run, say
         raise UsageError(f"{ckpt_dir}: {err}") from None
-    vocab = lib.vocab_from_state(last["vocab_src"])
+    vocab = config.vocab_from_state(last["vocab_src"])
     entries, aliases, blob = export.pack_state(model.state_dict(), quant)
     exported = lib.build_model(cfg.model, len(vocab), len(vocab))
     exported.load_state_dict(export.unpack_state(entries, aliases, bytes(blob)))

@@ -87,7 +87,9 @@ def main(argv=None) -> int:
             "or AVX512-BF16), or give --precision bf16 (emulated here, and slow)."
         )
         return 0
-    lib.choose_precision(device, low)  # refuses fp16 on a CPU, bf16 on a T4
+    from atkit import fast
+
+    fast.choose_precision(device, low)  # refuses fp16 on a CPU, bf16 on a T4
     runs = {name: run_paths(preset, name) for name in (low, "fp32")}
     for folder, out in runs.values():  # both runs' folders, before the first trains
         files.writable_folder(folder, "checkpoint folder")

@@ -37,7 +37,7 @@ TIMEOUT_S = 1800  # the longest a probe may take (--epoch: minutes)
 def _train_time(lib, cpu, threads, gen, steps=6):
     torch = lib.torch
     torch.set_num_threads(threads)
-    model, opt, sched, loss, precision = lib.training_parts(cpu, 5000, 5000, "cpu")
+    model, opt, sched, loss, precision = lib.TRAINING.build(cpu, 5000, 5000, "cpu")
     B, T = 160, 25  # about 4000 label tokens, like a cpu-preset batch
     src = torch.randint(4, 5000, (B, T), generator=gen)
     tgt = torch.randint(4, 5000, (B, T + 1), generator=gen)
