@@ -403,3 +403,17 @@ def test_padded_query_rows_reach_no_real_position(lib):
     assert torch.allclose(outs[0], outs[1], atol=1e-5)
     assert torch.allclose(losses[0], losses[1], atol=1e-5)
     assert torch.isfinite(out).all()  # the padded rows: computed, finite, unused
+
+
+def test_a_model_copies_after_a_forward_pass_with_gradients(lib):
+    """`copy.deepcopy` of a model that has run forward (each attention keeps its
+    last weights for Part 6) works, and the copy computes what the model does."""
+    import copy
+
+    torch.manual_seed(0)
+    model = lib.make_model(20, 20, "tiny", N=1, d_model=16, d_ff=32, h=2, P_drop=0.0)
+    src, tgt = torch.randint(1, 20, (2, 5)), torch.randint(1, 20, (2, 4))
+    masks = (src != 0).unsqueeze(-2), lib.subsequent_mask(4)
+    out = model(src, tgt, *masks)
+    twin = copy.deepcopy(model)
+    assert torch.equal(twin(src, tgt, *masks), out)

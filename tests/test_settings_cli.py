@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from atkit import config, files, launch, runtime
-from atkit.settings import free_on_resume, unread
+from atkit.settings import ConfigError, free_on_resume, unread
 from conftest import (
     CLI_TINY,
     COPY,
@@ -86,7 +86,7 @@ corpus = lazy("atkit.data")
     ],
 )
 def test_bad_values_are_rejected_when_the_config_is_made(lib, change, words):
-    with pytest.raises(lib.ConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         lib.run_config("ci", **change)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
@@ -107,7 +107,7 @@ def test_bad_values_are_rejected_when_the_config_is_made(lib, change, words):
 def test_wrong_types_are_type_errors_naming_the_field(lib, change, field):
     with pytest.raises(TypeError, match=field) as err:
         lib.run_config("ci", **change)
-    assert isinstance(err.value, lib.ConfigError), "one ConfigError family for all"
+    assert isinstance(err.value, ConfigError), "one ConfigError family for all"
     assert type(change[field]).__name__ in str(err.value)
 
 
@@ -117,7 +117,7 @@ def test_a_config_is_frozen_and_changes_by_updated(lib):
     with pytest.raises(AttributeError):
         cfg.steps = 5
     assert cfg.updated(steps=5).steps == 5 and cfg.steps != 5
-    with pytest.raises(lib.ConfigError, match="steps"):
+    with pytest.raises(ConfigError, match="steps"):
         cfg.updated(steps=0)
 
 
@@ -138,11 +138,11 @@ def test_every_preset_is_one_whole_record(lib):
         assert config.settings_table(name).startswith(f"preset {name} ("), name
         assert lib.expected_time(name, "part3")
     assert [n for n, p in config.PRESETS.items() if p.publishes] == [config.publisher()]
-    with pytest.raises(lib.ConfigError, match="preset"):
+    with pytest.raises(ConfigError, match="preset"):
         lib.run_config("tpu")
-    with pytest.raises(lib.ConfigError, match="RunConfig.steps=0"):
+    with pytest.raises(ConfigError, match="RunConfig.steps=0"):
         config.Preset("x", {}, {"steps": 0}, config.RecipeConfig())
-    with pytest.raises(lib.ConfigError, match="unknown RunConfig setting"):
+    with pytest.raises(ConfigError, match="unknown RunConfig setting"):
         config.Preset("x", {}, {"epochs": 3}, config.RecipeConfig())
 
 
@@ -245,7 +245,7 @@ def test_the_copy_task_honours_tie_and_refuses_what_it_has_not(lib):
         counts[tie] = sum(p.numel() for p in model[0].parameters())
     assert counts["none"] > counts["tgt"] > counts["all"]
     for change in ({"vocab": "bpe"}, {"src_lang": "en"}):
-        with pytest.raises(lib.ConfigError, match="copy task"):
+        with pytest.raises(ConfigError, match="copy task"):
             lib.copy_task_data(copy_cfg(lib, **change))
 
 
@@ -643,7 +643,7 @@ def test_a_token_budget_below_the_longest_sentence_is_refused(
     corpus.check_token_budget(cfg.updated(max_tokens=longest), pairs)  # fits exactly
     padded = -(-longest // 8) * 8
     padded_cfg = cfg.updated(max_tokens=longest, pad_multiple=8)
-    with pytest.raises(lib.ConfigError, match=f"{padded} ids.*pad_multiple=8"):
+    with pytest.raises(ConfigError, match=f"{padded} ids.*pad_multiple=8"):
         corpus.check_token_budget(padded_cfg, pairs)
     assert not (tmp_path / "r.json").exists()
 
@@ -769,7 +769,7 @@ def test_seed_spread_checks_its_summary_file_before_training(
 def test_bench_validates_its_flags(lib, capsys, argv, words):
     from tools import bench
 
-    with pytest.raises((SystemExit, lib.ConfigError)) as err:
+    with pytest.raises((SystemExit, ConfigError)) as err:
         bench.parse_args(lib, argv)
     if err.type is SystemExit:
         assert err.value.code == 2 and words in capsys.readouterr().err
