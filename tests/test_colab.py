@@ -16,7 +16,7 @@ def test_the_notebook_runs_alone_as_on_colab(colab_run):
     assert (colab / "at-repo" / "checkpoints" / "ci" / "part3" / "last.pt").exists()
     figures = [c for c in nb.cells if "show_figure(" in c.source]
     assert figures and all(
-        any("image/png" in o.get("data", {}) for o in c.outputs) for c in figures
+        any("image/svg+xml" in o.get("data", {}) for o in c.outputs) for c in figures
     ), "a figure did not display"
     for cell in nb.cells:
         if cell.cell_type == "code":

@@ -25,6 +25,7 @@ import pytest
 
 from atkit import searches
 from atkit.searches import PrefixModel
+from atkit.settings import ConfigError
 from conftest import lazy, needs
 from tools import train as cli
 
@@ -185,13 +186,11 @@ def test_searches_are_chosen_by_name(lib):
         made = lib.make_search(name)
         assert searches.search_name(made, lib.SEARCHES).startswith(name)
         assert getattr(made, "keywords", {}) == record.defaults()
-    with pytest.raises(lib.ConfigError, match="greedy"):
+    with pytest.raises(ConfigError, match="greedy"):
         lib.make_search("sampling")
-    with pytest.raises(
-        lib.ConfigError, match=r"greedy has no option\(s\) \['beam_size'\]"
-    ):
+    with pytest.raises(ConfigError, match=r"greedy has no option\(s\) \['beam_size'\]"):
         lib.make_search("greedy", beam_size=3)
-    with pytest.raises(lib.ConfigError, match=r"options: \['beam_size', 'alpha'\]"):
+    with pytest.raises(ConfigError, match=r"options: \['beam_size', 'alpha'\]"):
         lib.make_search("beam", width=3)
     parser = cli.make_parser(tuple(lib.SEARCHES))
     choices = next(a for a in parser._actions if a.dest == "search").choices
@@ -482,7 +481,7 @@ def translate(lib, data, words_model):
     ],
 )
 def test_bad_beam_settings(lib, beam_size, alpha, word):
-    with pytest.raises(lib.ConfigError, match=word) as err:
+    with pytest.raises(ConfigError, match=word) as err:
         lib.make_search("beam", beam_size=beam_size, alpha=alpha)
     if beam_size == 100_000:
         assert f"<= {lib.MAX_BEAM}" in str(err.value)
@@ -514,7 +513,7 @@ def test_translate_ids_refuses_what_it_cannot_decode(lib, words_model):
         lib.translate_ids(model, "abc")
     with pytest.raises(TypeError, match="id lists"):
         lib.translate_ids(model, [torch.tensor([lib.BOS, 5, lib.EOS])])
-    with pytest.raises(lib.ConfigError, match="decode_tokens"):
+    with pytest.raises(ConfigError, match="decode_tokens"):
         lib.translate_ids(model, [[lib.BOS, 5, lib.EOS]], decode_tokens=0)
     too_long = [lib.BOS] + [5] * model.config.max_len + [lib.EOS]
     with pytest.raises(ValueError, match="positional"):
@@ -536,7 +535,7 @@ def test_translate_texts_takes_a_list_of_texts(lib, data, words_model):
     for bad in ([""], ["Ein Hund", "  "]):
         with pytest.raises(ValueError, match="empty"):
             lib.translate_texts(model, bad, vs, vt)
-    with pytest.raises(lib.ConfigError, match="lang"):
+    with pytest.raises(ConfigError, match="lang"):
         lib.translate_texts(model, ["Bonjour"], vs, vt, src_lang="fr")
     texts = ["Ein Hund läuft.", "Zwei Männer"]
     as_list = lib.translate_texts(model, texts, vs, vt)
@@ -565,7 +564,7 @@ def test_translator_length_limit_and_unseen_words(lib, translate):
     assert translate.vocab_src.encode([word]) == [lib.UNK]
     out = translate(f"Ein {word} läuft.")
     assert isinstance(out, str) and "<s>" not in out and "</s>" not in out
-    with pytest.raises(lib.ConfigError, match="src_lang"):
+    with pytest.raises(ConfigError, match="src_lang"):
         lib.Translator(translate.model, None, None, src_lang="fr")
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from atkit import launch as launcher
 from atkit import runtime
+from atkit.settings import ConfigError
 from conftest import COPY, copy_args, copy_cfg, lazy, needs, quiet
 from tools import train as cli
 
@@ -280,7 +281,7 @@ def test_launcher_raises_with_the_output_tail(lib):
 
 
 def test_an_unknown_device_is_a_clear_error(lib):
-    with pytest.raises(lib.ConfigError, match="device"):
+    with pytest.raises(ConfigError, match="device"):
         launcher.setup_distributed("tpu")
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from atkit import data as corpus
 from atkit import files
+from atkit.settings import ConfigError
 from conftest import (
     CLI_TINY,
     DATA,
@@ -147,7 +148,7 @@ def test_an_explicit_data_folder_is_checked_too(lib, tmp_path):
 
 
 def test_read_split_knows_its_splits(lib):
-    with pytest.raises(lib.ConfigError, match="split"):
+    with pytest.raises(ConfigError, match="split"):
         corpus.read_split("test_2017")
 
 

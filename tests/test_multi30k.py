@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from atkit import data as corpus
+from atkit.settings import ConfigError
 from conftest import RUN_TINY, lazy
 from tools import train as cli
 
@@ -77,7 +78,7 @@ def test_vocab_from_training_pairs_only(lib, cfg, data):
 def test_unknown_vocabulary_kinds(lib):
     """The paper's pipeline checks nothing a setting has checked already (src_lang:
     RunConfig); a checkpoint of an unknown vocabulary kind is refused."""
-    with pytest.raises(lib.ConfigError, match="src_lang"):
+    with pytest.raises(ConfigError, match="src_lang"):
         lib.run_config("ci", src_lang="fr")
     with pytest.raises(ValueError, match="kind"):
         atconfig.vocab_from_state({"kind": "chars"})
@@ -92,13 +93,13 @@ def test_a_vocabulary_kind_used_before_its_part_names_the_cell(lib, monkeypatch)
 
     monkeypatch.delitem(config._VOCABS, "bpe")
     cfg = lib.run_config("ci", vocab="bpe", tie="all", n_train=50)
-    with pytest.raises(lib.ConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         lib.prepare_data(cfg)
     assert str(err.value) == (
         "vocab='bpe' is built in Part 4 (§5.1): run Part 4's \"One subword "
         "vocabulary\" cell first, or use vocab='words'"
     )
-    with pytest.raises(lib.ConfigError, match="run Part 4's"):
+    with pytest.raises(ConfigError, match="run Part 4's"):
         atconfig.vocab_from_state({"kind": "bpe", "model": None})
     for kind, where in config.VOCAB_KINDS.items():
         (block,) = [

@@ -11,6 +11,7 @@ import types
 import pytest
 
 from atkit import config, report, schedule, searches, seeds
+from atkit.settings import ConfigError
 from conftest import COPY, lazy, needs, quiet
 
 torch = lazy("torch")
@@ -488,7 +489,7 @@ def test_the_eq3_branch_begins_where_the_recipe_says_and_never_after_the_cooldow
     nb = lib.NOTEBOOK
     assert table.branch_step(cfg, config.RecipeConfig(eq3_branch=0.3), nb) == 7
     assert table.branch_step(cfg, config.RecipeConfig(eq3_branch=0.5), nb) == 5
-    with pytest.raises(lib.ConfigError, match="eq3_branch=0.2 is shorter than"):
+    with pytest.raises(ConfigError, match="eq3_branch=0.2 is shorter than"):
         table.branch_step(cfg, config.RecipeConfig(eq3_branch=0.2), nb)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import nbexport
 from atkit.runtime import RUN_MIME
+from atkit.settings import ConfigError
 from conftest import ROOT, clean_env
 from tools import readme_results
 
@@ -100,7 +101,7 @@ def test_library_lines_keep_their_notebook_line_numbers(lib):
     assert len(code) > 500  # the library is here, not a few stray lines
     moved = [(n, line) for n, line in code if md[n - 1] != line]
     assert not moved, f"lines not on their .md line: {moved[:3]}"
-    with pytest.raises(lib.ConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         lib.model_config("tiny", P_drop=1.5)
     frames = [f for f in traceback.extract_tb(err.tb) if f.filename == str(MD)]
     assert [f.name for f in frames][:1] == ["model_config"], frames

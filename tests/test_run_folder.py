@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from atkit import files, launch, schedule
+from atkit.settings import ConfigError
 from conftest import (
     COPY,
     NO_TRAINING,
@@ -473,7 +474,7 @@ def test_a_branch_shares_the_first_steps_and_ends_as_a_run_from_step_0(
     )
     assert trained_to == [at] and "trains from step 0" in said[0]
     # only the named settings may differ
-    with pytest.raises(lib.ConfigError, match="differ"):
+    with pytest.raises(ConfigError, match="differ"):
         other = eq3.updated(eps_ls=0.2)
         resume.share_steps(
             train_src,
@@ -505,7 +506,7 @@ def test_a_resume_with_a_changed_setting_is_refused_naming_it(
 ):
     before = pt_files(stopped_copy)
     cfg = copy_cfg(lib, **change)
-    with pytest.raises(lib.ConfigError, match="other settings") as err:
+    with pytest.raises(ConfigError, match="other settings") as err:
         lib.train(cfg, lib.copy_task_data(cfg), stopped_copy, "cpu", log=quiet)
     assert f"'{named}'" in str(err.value) and str(stopped_copy) in str(err.value)
     assert pt_files(stopped_copy) == before
@@ -513,7 +514,7 @@ def test_a_resume_with_a_changed_setting_is_refused_naming_it(
 
 def test_a_resumed_run_must_have_the_same_vocabulary(lib, tiny_run, run_dir):
     other = lib.prepare_data(tiny_run.cfg.updated(n_train=100))
-    with pytest.raises(lib.ConfigError, match="another vocabulary"):
+    with pytest.raises(ConfigError, match="another vocabulary"):
         lib.train(tiny_run.cfg, other, run_dir, "cpu", log=quiet)
 
 
@@ -541,7 +542,7 @@ def test_max_steps_must_be_beyond_the_steps_done(lib, tmp_path, capsys):
     """One check (atkit.resume.check_max_steps) for the notebook and the program:
     an integer >= 1, beyond the steps done; a refusal changes no file."""
     cfg = copy_cfg(lib)
-    with pytest.raises(lib.ConfigError, match="max_steps"):
+    with pytest.raises(ConfigError, match="max_steps"):
         data = lib.copy_task_data(cfg)
         lib.train(cfg, data, tmp_path / "a", "cpu", max_steps=0, log=quiet)
     assert not (tmp_path / "a" / "last.pt").exists()
