@@ -309,6 +309,7 @@ def test_the_cell_times_are_one_record_of_the_committed_run():
     assert config.expected_time(preset, "part4", config.MINUTES_FILE).startswith(
         f"expected: about {round(minutes['part4'])} min with preset {preset} on "
     )
+    minutes = record[config.publisher()]["minutes"]  # the run the README quotes
     said = re.search(
         r"Part 3's training took (\d+) minutes, Part 4's (\d+) and the alpha sweep "
         r"(\d+) \(`runs/cell-minutes.json`\)",
@@ -540,3 +541,21 @@ def test_a_clone_prepared_before_is_kept_and_updated(tmp_path, monkeypatch, caps
     monkeypatch.setattr(colab, "prepare", forbidden)
     monkeypatch.setenv("AT_PRESET", "ci")
     assert runtime.setup(clone="at-repo").preset == "ci"
+
+
+def test_make_readme_writes_the_time_tables_quote():
+    """`make readme` quotes the publishing preset's cell times in the README's time
+    table, and leaves the quote alone while that preset has no run in the record."""
+    from atkit import config
+
+    text = (
+        "took 1:00, of which Part 3's training took 29 minutes, Part 4's 91 and the "
+        "alpha sweep 7 (`runs/cell-minutes.json`); a second run"
+    )
+    run = {"minutes": {"part3": 30.4, "part4": 88.6, "alpha": 6.5, "table": 2.0}}
+    quoted = readme_results.quote_times(text, {config.publisher(): run})
+    assert "Part 3's training took 30 minutes, Part 4's 89 and the alpha sweep 6 " in (
+        quoted
+    )
+    assert quoted.endswith("(`runs/cell-minutes.json`); a second run")
+    assert readme_results.quote_times(text, {"ci": run}) == text

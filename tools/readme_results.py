@@ -186,6 +186,25 @@ def replace_block(readme: str, block: str) -> str:
     return f"{before}{START}\n{block}{END}{after}"
 
 
+TIMES = re.compile(
+    r"(Part 3's training took )\d+( minutes, Part 4's )\d+( and the alpha sweep )\d+"
+    r"( \(`runs/cell-minutes.json`\))"
+)
+
+
+def quote_times(readme: str, record: dict) -> str:
+    """README.md with its time table quoting the minutes of `record` (the cell-times
+    record) for the preset whose run the page and README publish; unchanged while
+    that preset has no such run in the record."""
+    from atkit.config import publisher
+
+    minutes = record.get(publisher(), {}).get("minutes", {})
+    if not all(cell in minutes for cell in ("part3", "part4", "alpha")):
+        return readme
+    part3, part4, alpha = (round(minutes[c]) for c in ("part3", "part4", "alpha"))
+    return TIMES.sub(lambda m: f"{m[1]}{part3}{m[2]}{part4}{m[3]}{alpha}{m[4]}", readme)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -217,9 +236,9 @@ def main(argv=None) -> int:
     from atkit.files import write_text_atomic
 
     old = read_text(args.readme, "--readme")
-    new = replace_block(old, results_block(args.notebook))
     times = committed_minutes(args.minutes)
     new_times = minutes_record(read_notebook(args.notebook), times)
+    new = quote_times(replace_block(old, results_block(args.notebook)), new_times)
     if args.check:
         stale = [
             n
