@@ -147,3 +147,176 @@ def test_a_tampered_sentence_is_caught(committed):
     first = re.search(r"\(([+-]\d+\.\d+|0\.00)", out["text"]).group(1)
     out["text"] = out["text"].replace(f"({first}", "(+9.99", 1)
     assert any("gain" in p for p in claims_problems(nb))
+
+
+# The paragraphs written for the reader after Part 4's table, after "When averaging
+# pays", after Part 6's head counts and after "How our numbers compare" hold no
+# number a cell prints; each claim they make is a phrase of the committed markdown
+# and a check of the committed outputs below.
+
+
+def payoff_figures(nb) -> dict:
+    """The committed numbers the reader's paragraphs rest on."""
+    rows, noise = parse_table(cell_output(nb, "report.table(summary)"))
+    by_label = {
+        label: (bleu, marked, d) for label, bleu, _, _, _, marked, d in rows.values()
+    }
+    scored = " ".join(cell_output(nb, "split into < unk >").split())
+    split = re.search(rf"split into < unk >: BLEU ({NUM})", scored)
+    spread = {
+        name: (float(mean), float(top))
+        for name, mean, top in re.findall(
+            rf"^\s+(part3|full recipe)\s+test_2016 BLEU over seeds \[0, 1, 2\]: "
+            rf"mean ({NUM}), min {NUM}, max ({NUM})",
+            cell_output(nb, "report.spread(spread"),
+            flags=re.M,
+        )
+    }
+    averaging = {
+        label: (float(one), float(avg))
+        for label, one, avg in re.findall(
+            r"^(eq\. 3 alone|eq\. 3, cool-down)\s+\S+\s+(" + NUM + r")\s+(" + NUM + ")",
+            cell_output(nb, "report.averaging_table"),
+            flags=re.M,
+        )
+    }
+    heads = {
+        what: tuple(int(x) / 100 for x in shares)
+        for what, *shares in re.findall(
+            r"\* (.+?): strongest in layer \d+, head \d+ \((\d+)% of positions; "
+            r"median head (\d+)%, chance (\d+)%\)",
+            " ".join(cell_output(nb, "describe_heads(stats)").split()),
+        )
+    }
+    compare = cell_output(nb, "report.compare(summary)")
+    opus = dict(
+        re.findall(r"OPUS-MT tc-big gmw-gmw, (DE-EN|EN-DE)\s+(\d+\.\d)", compare)
+    )
+    best = {
+        d: max(r[1] for r in rows.values() if r[6] == d and r[1] is not None)
+        for d in ("de-en", "en-de")
+    }
+    return {
+        "noise": noise,
+        "words": next(v for k, v in by_label.items() if k.startswith("words")),
+        "bpe": next(v for k, v in by_label.items() if k.startswith("shared BPE")),
+        "split": float(split.group(1)) if split else None,
+        "spread": spread,
+        "averaging": averaging,
+        "heads": heads,
+        "opus": {k: float(v) for k, v in opus.items()},
+        "best": best,
+    }
+
+
+def _far_above_chance(share, chance):
+    return share >= 4 * chance
+
+
+PAYOFF = [
+    (
+        "within the seed noise when each `<unk>` counts as one token",
+        lambda f: f["bpe"][1],
+    ),
+    (
+        "larger than the seed range under plain sacreBLEU",
+        lambda f: f["bpe"][0] - f["split"] > f["noise"],
+    ),
+    (
+        "seed 0 scored highest of three for both models, so rows stand above their "
+        "seeds' mean",
+        lambda f: (
+            f["words"][0] == f["spread"]["part3"][1] > f["spread"]["part3"][0]
+            and f["bpe"][0]
+            == f["spread"]["full recipe"][1]
+            > f["spread"]["full recipe"][0]
+        ),
+    ),
+    (
+        "it pays where the rate is still high at the end, and adds little once a "
+        "cool-down has settled them",
+        lambda f: (
+            (
+                f["averaging"]["eq. 3 alone"][1] - f["averaging"]["eq. 3 alone"][0]
+                > abs(
+                    f["averaging"]["eq. 3, cool-down"][1]
+                    - f["averaging"]["eq. 3, cool-down"][0]
+                )
+            )
+            and abs(
+                f["averaging"]["eq. 3, cool-down"][1]
+                - f["averaging"]["eq. 3, cool-down"][0]
+            )
+            <= f["noise"]
+        ),
+    ),
+    (
+        "Two patterns stand far above chance, though nothing labelled them: a head "
+        "reading the previous token",
+        lambda f: (
+            _far_above_chance(
+                f["heads"]["the previous source token"][0],
+                f["heads"]["the previous source token"][2],
+            )
+            and _far_above_chance(
+                f["heads"]["the source word it is about to write"][0],
+                f["heads"]["the source word it is about to write"][2],
+            )
+        ),
+    ),
+    (
+        "For the token itself and the next one, even the strongest head stays near the "
+        "median",
+        lambda f: all(
+            f["heads"][w][0] <= 2 * f["heads"][w][1]
+            for w in ("the token itself", "the next source token")
+        ),
+    ),
+    (
+        "Our best German→English row falls short of OPUS-MT's",
+        lambda f: f["best"]["de-en"] < f["opus"]["DE-EN"],
+    ),
+    (
+        "our best English→German row passes it",
+        lambda f: f["best"]["en-de"] > f["opus"]["EN-DE"],
+    ),
+]
+
+
+def payoff_problems(nb) -> list[str]:
+    """Each paragraph's claim: still in the markdown, and true of the outputs."""
+    prose = " ".join(
+        " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"
+    )
+    try:
+        figures = payoff_figures(nb)
+    except (StopIteration, KeyError, ValueError, AttributeError) as err:
+        return [f"the committed outputs lack a figure: {err!r}"]
+    problems = []
+    for phrase, holds in PAYOFF:
+        if phrase not in prose:
+            problems.append(f"no longer in the prose: {phrase!r}")
+        try:
+            true = holds(figures)
+        except (KeyError, TypeError) as err:
+            true = False
+            phrase += f" (missing {err!r})"
+        if not true:
+            problems.append(f"the committed outputs contradict: {phrase!r}")
+    return problems
+
+
+def test_the_readers_paragraphs_are_true_of_the_committed_numbers(committed):
+    problems = payoff_problems(committed)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_contradicted_paragraph_is_caught(committed):
+    """The check can fail: OPUS-MT's German→English figure set below ours."""
+    nb = copy.deepcopy(committed)
+    cell = next(c for c in nb.cells if "report.compare(summary)" in c.source)
+    out = next(o for o in cell.outputs if o.get("name") == "stdout")
+    out["text"] = re.sub(
+        r"(OPUS-MT tc-big gmw-gmw, DE-EN\s+)\d+\.\d", r"\g<1>10.0", out["text"]
+    )
+    assert any("OPUS-MT" in p for p in payoff_problems(nb))
