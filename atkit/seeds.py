@@ -3,11 +3,12 @@ where its summary lives, and reading it back for Part 4's table."""
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 from pathlib import Path
 
-from atkit.settings import unread
+from atkit.settings import current_config, unread
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
 
@@ -30,7 +31,9 @@ def summary(values: list[float]) -> dict:
 def same_settings(cls, a: dict, b: dict) -> bool:
     """Do two config dicts of dataclass `cls` (the notebook's RunConfig) train the
     same model, the seed aside? Settings that a run never reads (a word-level run's
-    BPE size: declared on the field) do not count."""
+    BPE size: declared on the field) do not count, nor do retired model settings at
+    the value that changed nothing (a summary written before they were retired)."""
+    a, b = (current_config(copy.deepcopy(c)) for c in (a, b))
     if unread(cls, a) != unread(cls, b):
         return False
     drop = {"seed", *unread(cls, a)}

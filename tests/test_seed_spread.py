@@ -117,6 +117,19 @@ def test_settings_a_model_never_reads_do_not_count(lib):
     assert not same(words, {**bpe, "tie": "tgt"})  # another vocab
 
 
+def test_a_summary_from_before_settings_were_retired_still_applies(lib):
+    """runs/seed-spread-cpu.json was written when the model config still had
+    P_drop_attn, P_drop_ff and attn_impl; at the values that changed nothing they
+    are the same model, at any other value another one."""
+    now = lib.run_config("ci").to_dict()
+    old = {**now, "model": {**now["model"], "P_drop_attn": 0.0, "P_drop_ff": 0.0}}
+    old["model"]["attn_impl"] = "didactic"
+    assert seeds.same_settings(lib.RunConfig, old, now)
+    assert "attn_impl" in old["model"]  # the caller's dict is left as it was
+    other = {**old, "model": {**old["model"], "P_drop_attn": 0.1}}
+    assert not seeds.same_settings(lib.RunConfig, other, now)
+
+
 def test_a_model_the_summary_holds_is_not_trained_again(lib, small_models, capsys):
     """A change that only the BPE model reads (bpe_size, as a preset change gives to
     both models) trains the BPE model again and keeps Part 3's measured seeds, even
