@@ -33,7 +33,7 @@ SETTINGS = [
     "h=2",
     "d_ff=64",
     "N=1",
-    "n_eval=40",
+    "n_eval=10",
     "warmup=100",
     "factor=1.0",
     "P_drop=0.0",
@@ -318,7 +318,7 @@ def test_ddp_buffers_switch_is_the_one_this_torch_knows(lib, monkeypatch, new_to
 
 # ------------------------- a torchrun resume, bit for bit; another process count
 
-DDP = {**COPY, "n_train": 240, "n_eval": 40, "d_model": 32, "d_ff": 64, "h": 2}
+DDP = {**COPY, "n_train": 240, "n_eval": 10, "d_model": 32, "d_ff": 64, "h": 2}
 DDP.update(steps=12, eval_every=4, warmup=100, factor=1.0, P_drop=0.1, keep=3)
 
 # Each worker logs the batches it trains (a digest of the source ids), one file per

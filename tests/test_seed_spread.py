@@ -13,7 +13,7 @@ from conftest import needs
 from tools import seed_spread
 from tools import train as cli
 
-SETTINGS = ("n_train=200", "n_eval=20", "steps=20", "eval_every=10")
+SETTINGS = ("n_train=200", "n_eval=4", "steps=10", "eval_every=5")
 SMALL = [part for setting in SETTINGS for part in ("--set", setting)]
 
 
