@@ -212,7 +212,7 @@ PRESETS = {
         ),
         run=dict(
             n_train=1000,
-            # val/test sentences scored: a model of 150 steps decodes most to their
+            # val/test sentences scored: a model of 90 steps decodes most to their
             # length limit, so this sets most of the tests' decoding time
             n_eval=25,
             min_freq=1,
@@ -221,7 +221,7 @@ PRESETS = {
             warmup=100,
             factor=0.5,
             cooldown=0.3,
-            steps=150,
+            steps=90,
             eval_every=30,
             keep=3,
         ),

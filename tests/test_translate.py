@@ -37,7 +37,7 @@ DOCS = ROOT / "docs"
 SPLIT = "test_2016_flickr"
 N_GREEDY = 100  # test sentences translated in the page and by PyTorch
 N_BEAM = 20
-# test sentences the export scores: a model of 150 steps decodes most to their
+# test sentences the export scores: a model of 90 steps decodes most to their
 # length limit, and these tests check the scores' form, not their size
 N_SCORED = 4
 
