@@ -83,7 +83,8 @@ def fuzz_texts(n: int, seed: int = 0) -> list[str]:
 @needs("training")
 def run_dir(trained):
     """A trained ci-preset model of the full recipe (a few dozen seconds)."""
-    return trained(vocab="bpe", tie="all").folder
+    # five evaluations, three snapshots kept: the cases of --n-avg
+    return trained(vocab="bpe", tie="all", eval_every=20).folder
 
 
 @pytest.fixture(scope="module")
