@@ -20,7 +20,8 @@ The record (a dict):
 * ``steps``, ``preset``, ``sentences`` (test sentences);
 * ``choices``: per direction, ``run`` (the folder whose snapshots it averages: the
   cool-down run or its eq. 3 branch) and ``branch`` (whether the branch's),
-  ``candidates`` (per run: its ``n_avg`` and ``sweep``), ``n_avg`` and ``avg_sweep``
+  ``candidates`` (per run: its ``n_avg``, ``sweep``, ``alpha``, ``alpha_sweep`` and
+  ``capped``), ``n_avg`` and ``avg_sweep``
   (rows of ``n``, ``steps``, ``bleu``, ``ratio`` on val) of the chosen run, ``alpha``,
   ``alpha_sweep`` (``alpha``, ``bleu``, ``ratio`` on val), ``capped`` and
   ``alpha_cap``;
@@ -56,39 +57,46 @@ def within_noise(gain: float, noise: float | None) -> bool:
 
 def choices(finals: dict) -> list[str]:
     """The sweeps on val behind each direction's final system: per candidate run
-    (the cool-down run and its eq. 3 branch) the averages tried, then alpha."""
+    (the cool-down run and its eq. 3 branch) the averages tried, greedy, then alpha
+    with beam search over its best average; the run better with beam is chosen."""
     out = []
     for direction, c in finals.items():
         chosen_run = c.get("run")
-        candidates = c.get("candidates") or {chosen_run: {"n_avg": c["n_avg"]}}
+        mine = dict(n_avg=c["n_avg"], sweep=c["avg_sweep"], **_alpha_of(c))
+        candidates = c.get("candidates") or {chosen_run: mine}
         for run, cand in candidates.items():
-            sweep = cand.get("sweep", c["avg_sweep"])
-            mine = run == chosen_run
+            cand = {**mine, **cand} if run == chosen_run else cand
+            chosen = run == chosen_run
+            its = "  <- chosen" if chosen else "  <- its best"
             out.append(f"{direction} on val, greedy{', ' + run if run else ''}:")
-            for n, steps, bleu, _ in sweep:
-                mark = ""
-                if n == cand["n_avg"]:
-                    mark = "  <- chosen" if mine else "  <- its best, not chosen"
+            for n, steps, bleu, _ in cand["sweep"]:
+                mark = its if n == cand["n_avg"] else ""
                 out.append(
                     f"  the average of the snapshots of steps {steps}: "
                     f"BLEU {bleu:5.2f}{mark}"
                 )
-        ratio = c["avg_sweep"][c["n_avg"] - 1][3]
-        out.append(
-            f"{direction} on val, the average of {c['n_avg']}: greedy length ratio "
-            f"{ratio:.3f}; beam search:"
-        )
-        for a, bleu, r in c["alpha_sweep"]:
-            mark = "  <- chosen" if a == c["alpha"] else ""
+            ratio = cand["sweep"][cand["n_avg"] - 1][3]
             out.append(
-                f"  alpha {a:3.1f}: BLEU {bleu:5.2f}, length ratio {r:.3f}{mark}"
+                f"{direction} on val, the average of {cand['n_avg']}"
+                f"{' (' + run + ')' if run else ''}: greedy length ratio "
+                f"{ratio:.3f}; beam search:"
             )
-        if c["capped"]:
-            out.append(
-                f"  (the best is the largest tried: the search stops at the cap, "
-                f"alpha {c['alpha_cap']:g})"
-            )
+            its = "  <- chosen" if chosen else "  <- its best, not chosen"
+            for a, bleu, r in cand["alpha_sweep"]:
+                mark = its if a == cand["alpha"] else ""
+                out.append(
+                    f"  alpha {a:3.1f}: BLEU {bleu:5.2f}, length ratio {r:.3f}{mark}"
+                )
+            if cand["capped"]:
+                out.append(
+                    f"  (the best is the largest tried: the search stops at the cap, "
+                    f"alpha {c['alpha_cap']:g})"
+                )
     return out
+
+
+def _alpha_of(c: dict) -> dict:
+    return {k: c[k] for k in ("alpha", "alpha_sweep", "capped")}
 
 
 def spread(summary: dict, noise: float | None) -> list[str]:
@@ -319,7 +327,7 @@ def averaging_says(summary) -> list[str]:
                 + f" the seed-to-seed range ({noise:.2f})"
             )
         out.append(
-            f"The final systems (each schedule's choice on val) disagree between "
+            f"The two schedules' chosen averages (greedy) disagree between "
             f"the splits: on test {win} wins ({max(e['avg'], c['avg']):.2f} "
             f"against {min(e['avg'], c['avg']):.2f}), on val {lose} wins "
             f"({max(e['val_avg'], c['val_avg']):.2f} against "

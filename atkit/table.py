@@ -13,8 +13,8 @@ The notebook's main path calls four functions, in this order:
   `Trained(..., diverged=...)`, and every row that decodes it says so;
 * `final_systems`: per direction, the weights and the search of the final system, all
   chosen on `val`: how many snapshots to average, for the cool-down run and for its
-  eq. 3 branch (greedy BLEU); the better of the two (`choose_weights`); then the length
-  penalty alpha of beam search over those weights;
+  eq. 3 branch (greedy BLEU); the length penalty alpha of beam search over each
+  average; then the better of the two with beam search (`choose_weights`);
 * `score_table`: every row decoded on test_2016, as the plain record that
   `atkit.report` turns into the table and its sentences.
 
@@ -151,13 +151,15 @@ def choose_n_avg(ckpt_dir, trained: Trained, n_max, device, nb: Notebook):
 
 
 def choose_weights(candidates: dict) -> str:
-    """The run whose chosen average scores best on val (greedy): candidates maps a
-    run's folder to (n, sweep); on a tie the first (the cool-down run) wins."""
-    return max(candidates, key=lambda run: val_bleu(*candidates[run]))
+    """The run whose chosen average scores best on val with beam search at its own
+    chosen alpha: candidates maps a run's folder to a dict with ``alpha`` and
+    ``alpha_sweep``; on a tie the first (the cool-down run) wins."""
+    return max(candidates, key=lambda run: beam_bleu(candidates[run]))
 
 
-def val_bleu(n, sweep) -> float:
-    return next(row[2] for row in sweep if row[0] == n)
+def beam_bleu(candidate: dict) -> float:
+    a = candidate["alpha"]
+    return next(row[1] for row in candidate["alpha_sweep"] if row[0] == a)
 
 
 def choose_alpha(model, trained: Trained, recipe, nb: Notebook):
@@ -181,32 +183,45 @@ def choose_alpha(model, trained: Trained, recipe, nb: Notebook):
 
 def final_systems(trained, recipe, root, device, nb: Notebook) -> dict:
     """Per direction whose run trained: the weights (the cool-down run's or its eq. 3
-    branch's, averaged, whichever scores best on val) and the beam search."""
+    branch's, each averaged as well as greedy val BLEU allows) that score best on val
+    with beam search at their own best alpha, and that search."""
     finals = {}
     for direction, name in DIRECTIONS.items():
         if trained[name].diverged:
             continue
-        candidates = {
-            run: choose_n_avg(root / run, trained[run], recipe.n_avg, device, nb)
-            for run in (name, eq3(name))
-            if run in trained and not trained[run].diverged
-        }
+        candidates = {}
+        for run in (name, eq3(name)):
+            if run not in trained or trained[run].diverged:
+                continue
+            t = trained[run]
+            n, sweep = choose_n_avg(root / run, t, recipe.n_avg, device, nb)
+            weights = nb.average(root / run, t.history, device, n)
+            alpha, alpha_sweep, capped = choose_alpha(weights, t, recipe, nb)
+            candidates[run] = dict(
+                n_avg=n,
+                sweep=sweep,
+                weights=weights,
+                alpha=alpha,
+                alpha_sweep=alpha_sweep,
+                capped=capped,
+            )
         run = choose_weights(candidates)
-        n, avg_sweep = candidates[run]
-        weights = nb.average(root / run, trained[run].history, device, n)
-        alpha, alpha_sweep, capped = choose_alpha(weights, trained[run], recipe, nb)
+        c = candidates[run]
         finals[direction] = dict(
             run=run,
             branch=run != name,
-            n_avg=n,
-            avg_sweep=avg_sweep,
-            candidates={r: dict(n_avg=k, sweep=s) for r, (k, s) in candidates.items()},
-            weights=weights,
-            alpha=alpha,
-            alpha_sweep=alpha_sweep,
-            capped=capped,
+            n_avg=c["n_avg"],
+            avg_sweep=c["sweep"],
+            candidates={
+                r: {k: v for k, v in cand.items() if k != "weights"}
+                for r, cand in candidates.items()
+            },
+            weights=c["weights"],
+            alpha=c["alpha"],
+            alpha_sweep=c["alpha_sweep"],
+            capped=c["capped"],
             alpha_cap=recipe.alpha_cap,
-            search=nb.search("beam", beam_size=recipe.beam_size, alpha=alpha),
+            search=nb.search("beam", beam_size=recipe.beam_size, alpha=c["alpha"]),
         )
     return finals
 

@@ -92,11 +92,11 @@ def claims_problems(nb) -> list[str]:
     choices = " ".join(cell_output(nb, "report.choices(finals)").split())
     for direction, alpha in re.findall(r"Alpha, (\S+): .*? alpha (\S+) \(", said):
         chosen = re.search(
-            rf"{direction} on val, the average of \d+:.*?alpha (\S+): BLEU ({NUM}),"
-            rf" length ratio ({NUM}) <- chosen",
+            rf"{direction} on val, the average of \d+( \(\S+\))?:.*?"
+            rf"alpha (\S+): BLEU ({NUM}), length ratio ({NUM}) <- chosen",
             choices,
         )
-        if chosen is None or float(chosen.group(1)) != float(alpha):
+        if chosen is None or float(chosen.group(2)) != float(alpha):
             problems.append(f"alpha sentence {direction}: {alpha} is not chosen")
     avg_rows = {}
     for label, one, avg in re.findall(

@@ -467,23 +467,24 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
 
 
 def test_the_final_system_is_the_candidate_better_on_val():
-    """choose_weights keeps the run whose chosen average scores higher on val, the
-    cool-down run on a tie; each candidate's score is that of its own chosen n."""
+    """choose_weights keeps the run whose chosen average scores higher on val with
+    beam search at its own chosen alpha, the cool-down run on a tie; neither its
+    greedy score nor another alpha's counts."""
     cool, branch = "part4-bpe-all", "part4-bpe-all-eq3"
-    sweep_cool = [(1, [8], 38.26, 1.0), (2, [6, 8], 38.0, 1.0)]
-    sweep_branch = [(1, [8], 38.5, 1.0), (2, [6, 8], 38.8, 1.0), (3, [], 38.7, 1.0)]
-    both = {cool: (1, sweep_cool), branch: (2, sweep_branch)}
-    assert table.choose_weights(both) == branch
-    worse = {cool: (1, sweep_cool), branch: (1, [(1, [8], 38.0, 1.0)])}
-    assert table.choose_weights(worse) == cool
-    tie = {cool: (1, sweep_cool), branch: (1, [(1, [8], 38.26, 1.0)])}
-    assert table.choose_weights(tie) == cool
-    # the score that counts is the chosen n's, not the sweep's best
-    chosen_n = {
-        cool: (1, sweep_cool),
-        branch: (1, [(1, [8], 38.0, 1.0), *sweep_branch[1:]]),
-    }
-    assert table.choose_weights(chosen_n) == cool
+
+    def cand(alpha, *beam, greedy=38.0):
+        sweep = [(1, [8], greedy, 1.0)]
+        return dict(n_avg=1, sweep=sweep, alpha=alpha, alpha_sweep=list(beam))
+
+    a = cand(1.5, (0.6, 38.9, 1.0), (1.5, 39.2, 1.0), greedy=38.5)
+    b = cand(2.5, (1.5, 39.0, 1.0), (2.5, 39.4, 1.0), greedy=37.0)
+    assert table.choose_weights({cool: a, branch: b}) == branch
+    assert table.choose_weights({cool: b, branch: a}) == cool
+    tie = cand(0.6, (0.6, 39.2, 1.0))
+    assert table.choose_weights({cool: a, branch: tie}) == cool
+    # the chosen alpha's score counts, not the sweep's best
+    odd = cand(0.6, (0.6, 39.0, 1.0), (1.5, 40.0, 1.0))
+    assert table.choose_weights({cool: a, branch: odd}) == cool
 
 
 def test_the_eq3_branch_begins_where_the_recipe_says_and_never_after_the_cooldown(lib):

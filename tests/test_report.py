@@ -172,24 +172,47 @@ def test_the_choices_and_spread_lines(summary):
     lines = report.choices(summary["choices"])
     chosen = [ln for ln in lines if ln.endswith("<- chosen")]
     assert len(chosen) == 4  # n and alpha, both directions
-    # with two candidate runs: each one's sweep, the chosen run's n marked chosen
+    # with two candidate runs: each one's greedy sweep and its alpha sweep; the run
+    # chosen (better with beam) marked chosen, the other its best, not chosen
     c = summary["choices"]["de-en"]
     branch = [(n, steps, bleu + 1.0, r) for n, steps, bleu, r in c["avg_sweep"]]
+    worse = [(a, bleu - 0.5, r) for a, bleu, r in c["alpha_sweep"]]
     two = {
         **c,
         "run": "part4-bpe-all-eq3",
         "avg_sweep": branch,
         "candidates": {
-            "part4-bpe-all": {"n_avg": 1, "sweep": c["avg_sweep"]},
-            "part4-bpe-all-eq3": {"n_avg": 3, "sweep": branch},
+            "part4-bpe-all": {
+                "n_avg": 1,
+                "sweep": c["avg_sweep"],
+                "alpha": 2.5,
+                "alpha_sweep": worse,
+                "capped": True,
+            },
+            "part4-bpe-all-eq3": {
+                "n_avg": 3,
+                "sweep": branch,
+                "alpha": 1.5,
+                "alpha_sweep": c["alpha_sweep"],
+                "capped": False,
+            },
         },
     }
     lines = report.choices({"de-en": two})
     assert "de-en on val, greedy, part4-bpe-all:" in lines
     assert "de-en on val, greedy, part4-bpe-all-eq3:" in lines
+    assert lines[1].endswith("BLEU 38.10  <- its best")
+    assert lines[5] == (
+        "de-en on val, the average of 1 (part4-bpe-all): greedy length ratio "
+        "0.970; beam search:"
+    )
+    assert lines[9].endswith("BLEU 38.40, length ratio 1.010  <- its best, not chosen")
+    assert lines[10].startswith("  (the best is the largest tried")
     at = lines.index("de-en on val, greedy, part4-bpe-all-eq3:")
-    assert lines[1].endswith("BLEU 38.10  <- its best, not chosen")
     assert lines[at + 3].endswith("BLEU 39.30  <- chosen")
+    assert lines[at + 5].startswith("de-en on val, the average of 3 (part4-bpe-all-eq3")
+    assert lines[at + 8].endswith("BLEU 39.20, length ratio 0.980  <- chosen")
+    assert len(lines) == at + 10
     assert report.spread({"why_not": "not measured"}, None) == [
         "seed spread: not measured"
     ]
