@@ -264,10 +264,17 @@ def cell_minutes(cell) -> float | None:
     return (end - start).total_seconds() / 60
 
 
+# How much the same two cores' time for the same cell varies from one day to the next
+# (runs/README.md: the run of 067c2a1 took up to 1.36 times its record). A record that
+# is out of date by more, as after a change that makes a cell several times faster,
+# still fails.
+SPREAD = 1.6
+
+
 def expectations_missed(nb) -> list[str]:
     """Cells whose printed 'expected: about N min' is further from what the run that
-    printed it took than a quarter of N or a minute, whichever is more (the preset's
-    `minutes` are out of date)."""
+    printed it took than a factor of SPREAD and more than a minute (the preset's
+    `minutes` are out of date, or were measured on another machine)."""
     texts = {}
     for i, _, text in output_texts(nb):
         texts[i] = texts.get(i, "") + text
@@ -278,15 +285,16 @@ def expectations_missed(nb) -> list[str]:
         if m is None or took is None:
             continue
         said = int(m.group(1))
-        if abs(took - said) > max(1, 0.25 * said):
+        off = max(took, 0.5) / max(said, 0.5)
+        if abs(took - said) > 1 and not 1 / SPREAD <= off <= SPREAD:
             missed.append(f"cell {i}: prints about {said} min, took {took:.1f} min")
     return missed
 
 
 def test_printed_cell_times_are_those_of_the_committed_run():
     """Each 'expected: about N min' a cell prints is the time that cell took in the
-    committed run, give or take a quarter: set the preset's `minutes` from the run you
-    commit."""
+    committed run, within the machine's day-to-day spread: set the preset's `minutes`
+    from the run you commit."""
     missed = expectations_missed(nbformat.read(IPYNB, as_version=4))
     assert not missed, (
         "the committed run took longer or shorter than the record it printed "
@@ -335,12 +343,14 @@ def test_the_cell_time_check_finds_a_stale_figure():
     line = "expected: about {} min with preset cpu on 2 CPU cores\n"
     nb.cells = [
         timed(line.format(11), 10),  # 10.5 min: close enough
-        timed(line.format(33), 53),  # another machine's run
+        timed(line.format(33), 55),  # another machine's run (1.68 times as long)
+        timed(line.format(30), 18),  # a cell made faster (0.62 times)
+        timed(line.format(30), 47),  # a busier day (1.58 times)
         timed(line.format(1), 0),  # 0.5 min of "about 1 min"
         timed("no expectation printed\n", 40),
     ]
     missed = expectations_missed(nb)
-    assert [m.split(":")[0] for m in missed] == ["cell 1"], missed
+    assert [m.split(":")[0] for m in missed] == ["cell 1", "cell 2"], missed
 
 
 # ------------------------------------------ the README's results: whole or not at all
