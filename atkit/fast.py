@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from atkit import runtime
+from atkit import config, runtime
 from atkit.settings import ConfigError
 
 ATTENTION = ("w_q", "w_k", "w_v", "w_o", "split_heads")
@@ -174,9 +174,10 @@ class Precision:
 
     @property
     def name(self):
-        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
+        return next(name for name, dtype in DTYPES.items() if dtype == self.dtype)
 
 
+# the dtype of each name in config.PRECISIONS but "auto" (a test holds the two equal)
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -188,7 +189,9 @@ def choose_precision(device, precision="auto"):
     if precision == "auto":
         precision, _ = runtime.auto_precision(device)
     if precision not in DTYPES:
-        raise ConfigError(f"precision={precision!r}: choose one of {['auto', *DTYPES]}")
+        raise ConfigError(
+            f"precision={precision!r}: choose one of {list(config.PRECISIONS)}"
+        )
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("precision='fp16' needs a CUDA device; use bf16 or fp32")
     if precision == "bf16" and device.type == "cuda":

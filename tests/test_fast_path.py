@@ -192,6 +192,20 @@ def test_precision_by_capability(lib, monkeypatch):
     assert fast.choose_precision("cpu", "fp32").dtype is None
 
 
+def test_one_list_of_precisions():
+    """config.PRECISIONS (a setting's choices, bench's --precision) and the dtypes of
+    the fast step name the same precisions, and each name comes back from its
+    Precision; an unknown one is refused with the list."""
+    from atkit import config
+
+    assert ("auto", *fast.DTYPES) == config.PRECISIONS
+    for name in fast.DTYPES:
+        if name != "fp16":  # fp16 needs CUDA
+            assert fast.choose_precision("cpu", name).name == name
+    with pytest.raises(ValueError, match="'auto', 'fp32', 'bf16', 'fp16'"):
+        fast.choose_precision("cpu", "fp8")
+
+
 def test_compile_only_where_it_works(lib, monkeypatch):
     m = torch.nn.Linear(2, 2)
     monkeypatch.setattr(runtime, "gpu_capability", lambda d: (6, 0))  # a P100
