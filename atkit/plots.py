@@ -6,6 +6,12 @@ matplotlib is imported by each function (a program's --help never loads it)."""
 from __future__ import annotations
 
 
+def as_array(x):
+    """A tensor as a NumPy array for matplotlib (which would otherwise ask the tensor
+    for a no-copy view in a way numpy 2 warns about); anything else as it is."""
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else x
+
+
 def positional_encoding(pe, dims=(4, 5, 6, 7)) -> None:
     """A few columns of a positional-encoding table (positions, d_model) against
     the position, beside the whole table as an image."""
@@ -17,7 +23,7 @@ def positional_encoding(pe, dims=(4, 5, 6, 7)) -> None:
     a.set_xlabel("position")
     a.legend()
     a.set_title("a few columns of PE")
-    im = b.imshow(pe.T, aspect="auto", cmap="RdBu", interpolation="nearest")
+    im = b.imshow(as_array(pe).T, aspect="auto", cmap="RdBu", interpolation="nearest")
     b.set_xlabel("position")
     b.set_ylabel("dimension")
     b.set_title("the whole table")
@@ -50,7 +56,7 @@ def smoothed_targets(q, ylabel) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(4.5, 3))
-    im = ax.imshow(q, cmap="viridis", vmin=0, vmax=1)
+    im = ax.imshow(as_array(q), cmap="viridis", vmin=0, vmax=1)
     for row in range(q.shape[0]):
         for col in range(q.shape[1]):
             value = float(q[row, col])
