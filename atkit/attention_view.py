@@ -49,6 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from atkit.figures import as_array
+
 __all__ = [
     "AttentionView",
     "KINDS",
@@ -72,13 +74,6 @@ _HERE = Path(__file__).resolve().parent
 _DATA_RE = re.compile(
     r'<script type="application/json" class="atv-data">(.*?)</script>', re.DOTALL
 )
-
-
-def _numpy(x: Any) -> np.ndarray:
-    """A float64 array from a torch tensor (any device or float type) or array."""
-    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
-        x = x.detach().cpu().float().numpy()
-    return np.asarray(x, dtype=np.float64)
 
 
 def sentence(
@@ -105,11 +100,11 @@ def sentence(
     n_tokens = {"src": len(out["src_tokens"]), "tgt": len(out["tgt_tokens"])}
     for kind, maps in zip(KINDS, (encoder, decoder, cross), strict=True):
         if isinstance(maps, (list, tuple)):
-            layers = [_numpy(m) for m in maps]
+            layers = [as_array(m) for m in maps]
             layers = [m[0] if m.ndim == 4 and m.shape[0] == 1 else m for m in layers]
             arr = np.stack(layers) if layers else np.zeros((0,))
         else:
-            arr = _numpy(maps)
+            arr = as_array(maps)
         if arr.ndim == 4:
             rows, cols = (n_tokens[a] for a in _AXES[kind])
             arr = arr[:, :, :rows, :cols]
@@ -218,7 +213,7 @@ class AttentionView:
         sizes = {"src": len(src), "tgt": len(tgt)}
         out: dict[str, Any] = {"src": src, "tgt": tgt}
         for kind in KINDS:
-            arr = _numpy(s[kind])
+            arr = as_array(s[kind])
             rows, cols = (sizes[a] for a in _AXES[kind])
             expect = f"{_SHAPE_TEXT[kind]} with S={sizes['src']}, T={sizes['tgt']}"
             if arr.ndim != 4 or arr.shape[2:] != (rows, cols):

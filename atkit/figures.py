@@ -108,13 +108,14 @@ CELL_IN = 0.2
 COLORBAR_LABEL = "attention weight"
 
 
-def _array(weights):
-    """A float array from a torch tensor (any device) or anything array-like."""
+def as_array(x):
+    """A float array from a torch tensor (any device or float type) or anything
+    array-like: what matplotlib is given (a tensor itself makes numpy 2 warn)."""
     import numpy as np
 
-    if hasattr(weights, "detach"):
-        weights = weights.detach().cpu().float().numpy()
-    return np.asarray(weights, dtype=float)
+    if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
+        x = x.detach().cpu().float().numpy()
+    return np.asarray(x, dtype=float)
 
 
 def draw_heads(weights, rows, cols, title, heads=None, ncols=2):
@@ -132,7 +133,7 @@ def draw_heads(weights, rows, cols, title, heads=None, ncols=2):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    weights = _array(weights)
+    weights = as_array(weights)
     if weights.ndim != 3 or weights.shape[1:] != (len(rows), len(cols)):
         raise ValueError(
             f"weights has shape {weights.shape}; expected (h, {len(rows)}, {len(cols)})"

@@ -5,11 +5,7 @@ matplotlib is imported by each function (a program's --help never loads it)."""
 
 from __future__ import annotations
 
-
-def as_array(x):
-    """A tensor as a NumPy array for matplotlib (which would otherwise ask the tensor
-    for a no-copy view in a way numpy 2 warns about); anything else as it is."""
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else x
+from atkit.figures import as_array
 
 
 def positional_encoding(pe, dims=(4, 5, 6, 7)) -> None:
