@@ -152,6 +152,9 @@ def test_the_runners_step_and_loop_are_part_2s_on_one_batch(lib):
     assert all(torch.equal(s_a[k], s_b[k]) for k in s_a)
 
 
+# The GPUs below are faked on a machine without CUDA, so torch notes that the float16
+# GradScaler they get cannot run here.
+@pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled:UserWarning")
 def test_precision_by_capability(lib, monkeypatch):
     """ "auto" asks the hardware: bfloat16 only where it is native (sm80+ GPUs, CPUs
     with AMX or AVX512-BF16), float16 with a GradScaler on older GPUs; faked here."""
