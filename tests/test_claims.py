@@ -273,12 +273,15 @@ PAYOFF = [
         ),
     ),
     (
-        "Our best German→English row falls short of OPUS-MT's",
-        lambda f: f["best"]["de-en"] < f["opus"]["DE-EN"],
+        "Our best rows pass OPUS-MT's in both directions",
+        lambda f: (
+            f["best"]["de-en"] > f["opus"]["DE-EN"]
+            and f["best"]["en-de"] > f["opus"]["EN-DE"]
+        ),
     ),
     (
-        "our best English→German row passes it",
-        lambda f: f["best"]["en-de"] > f["opus"]["EN-DE"],
+        "(German→English by less than the seed noise)",
+        lambda f: f["best"]["de-en"] - f["opus"]["DE-EN"] <= f["noise"],
     ),
 ]
 
@@ -312,11 +315,11 @@ def test_the_readers_paragraphs_are_true_of_the_committed_numbers(committed):
 
 
 def test_a_contradicted_paragraph_is_caught(committed):
-    """The check can fail: OPUS-MT's German→English figure set below ours."""
+    """The check can fail: OPUS-MT's German→English figure set above ours."""
     nb = copy.deepcopy(committed)
     cell = next(c for c in nb.cells if "report.compare(summary)" in c.source)
     out = next(o for o in cell.outputs if o.get("name") == "stdout")
     out["text"] = re.sub(
-        r"(OPUS-MT tc-big gmw-gmw, DE-EN\s+)\d+\.\d", r"\g<1>10.0", out["text"]
+        r"(OPUS-MT tc-big gmw-gmw, DE-EN\s+)\d+\.\d", r"\g<1>45.0", out["text"]
     )
     assert any("OPUS-MT" in p for p in payoff_problems(nb))
