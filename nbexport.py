@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{EXPORT} is stale: run `python nbexport.py`", file=sys.stderr)
                 return 1
             return 0
-        print(export(NOTEBOOK, EXPORT))
+        print(export(NOTEBOOK))
     except MalformedFileError as err:  # a cell that does not compile, with its line
         print(f"nbexport.py: error: {err}", file=sys.stderr)
         return 2

@@ -26,10 +26,11 @@ _SUMMARY = {  # one score over the seeds: `summary()`
     },
 }
 _TEXT = {"type": "string"}
-# runs/seed-spread-<preset>.json, as tools/seed_spread.py writes it
+# runs/seed-spread-<preset>.json, as tools/seed_spread.py writes it; required is what
+# its readers read (load_spread, Part 4's table and report, the tool itself)
 SPREAD_SCHEMA = {
     "type": "object",
-    "required": ["preset", "machine", "torch", "precision", "command", "models"],
+    "required": ["machine", "torch", "precision", "command", "models"],
     "properties": {
         **{key: _TEXT for key in ("preset", "machine", "torch", "precision")},
         "command": {"type": "string", "pattern": "^python -m tools.seed_spread"},
@@ -38,7 +39,7 @@ SPREAD_SCHEMA = {
             "minProperties": 1,
             "additionalProperties": {
                 "type": "object",
-                "required": ["seeds", "steps", "config", *SCORES],
+                "required": ["seeds", "config", SCORES[0]],
                 "properties": {
                     "seeds": {
                         "type": "array",

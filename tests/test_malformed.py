@@ -194,9 +194,14 @@ SPREAD_WRONG = {
     "one seed": (_set(["models", "part3", "seeds"], [0]), "at models.part3.seeds"),
     "no precision": (_drop(["precision"]), "'precision' is a required property"),
     "the command a number": (_set(["command"], 5), "at command"),
-    "no score": (
-        _drop(["models", "part3", "bleu_val"]),
-        "'bleu_val' is a required property",
+    "no test score": (
+        _drop(["models", "part3", "bleu_test_2016_flickr"]),
+        "at models.part3: 'bleu_test_2016_flickr' is a required property",
+    ),
+    "no torch": (_drop(["torch"]), "'torch' is a required property"),
+    "a validation score that is a string": (
+        _set(["models", "part3", "bleu_val"], "37.9"),
+        "at models.part3.bleu_val: '37.9' is not of type 'object'",
     ),
 }
 
