@@ -120,6 +120,8 @@ def check_compiles(path: Path, block: Block) -> None:
     except SyntaxError as err:  # IndentationError and TabError are SyntaxErrors
         text = (err.text or "").strip()
         shown = f": `{text[:80]}`" if text else ""
+        if re.match(r"(<{7}|={7}|>{7})( |$)", text):
+            shown += " (a git conflict marker: resolve the conflict)"
         raise _malformed(
             path,
             err.lineno,

@@ -478,6 +478,11 @@ LIBRARY_DAMAGE = {
     "an indented line": ("      y = 1\n", "unexpected indent", "`y = 1`"),
     "an unclosed bracket": ("z = (1,\n", "'(' was never closed", "`z = (1,`"),
     "a return outside a function": ("return 5\n", "'return' outside function", ""),
+    "a conflict marker": (
+        "<<<<<<< HEAD\n",
+        "invalid syntax",
+        "`<<<<<<< HEAD` (a git conflict marker: resolve the conflict)",
+    ),
 }
 
 
