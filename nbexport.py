@@ -8,6 +8,12 @@ gate that decides.
     python nbexport.py            # writes build/annotated_transformer_lib.py
     python nbexport.py --check    # exits 1 if that file is stale
 
+A library cell that does not compile (a syntax error, a stray indent, a conflict
+marker) is refused before anything is written or imported: `nbexport.py: error:
+annotated_transformer.md:<line>: ...`, exit status 2; `load` and `registry_names`
+raise the same error (atkit.records.MalformedFileError), which every tool prints as
+one `error:` line.
+
 The generated file keeps every library line on the line it has in the notebook's
 `.md` (the lines between cells are blank), and each block opens with a comment that
 names its section and place, like d2l's "Defined in" notes:
@@ -75,9 +81,9 @@ def _library_blocks(path: Path, mtime_ns: int, size: int) -> tuple[Block, ...]:
 
     from atkit.records import read_text
 
-    text = read_text(path, fix="save the notebook as UTF-8 text")
-    cells = [c for c in jupytext.reads(text, fmt="md").cells if c.cell_type == "code"]
-    lines = text.splitlines()
+    whole = read_text(path, fix="save the notebook as UTF-8 text")
+    cells = [c for c in jupytext.reads(whole, fmt="md").cells if c.cell_type == "code"]
+    lines = whole.splitlines()
     starts, sections, heads, fenced = [], [], {}, False
     for number, text in enumerate(lines, start=1):
         if text.startswith("```"):
