@@ -8,6 +8,12 @@ gate that decides.
     python nbexport.py            # writes build/annotated_transformer_lib.py
     python nbexport.py --check    # exits 1 if that file is stale
 
+A library cell that does not compile (a syntax error, a stray indent, a conflict
+marker) is refused before anything is written or imported: `nbexport.py: error:
+annotated_transformer.md:<line>: ...`, exit status 2; `load` and `registry_names`
+raise the same error (atkit.records.MalformedFileError), which every tool prints as
+one `error:` line.
+
 The generated file keeps every library line on the line it has in the notebook's
 `.md` (the lines between cells are blank), and each block opens with a comment that
 names its section and place, like d2l's "Defined in" notes:
@@ -61,12 +67,23 @@ def library_blocks(path: Path = NOTEBOOK) -> list[Block]:
     return list(_library_blocks(Path(path), stat.st_mtime_ns, stat.st_size))
 
 
+def _malformed(path: Path, line: int | None, problem: str):
+    """The error for a notebook whose library cannot be read: `<file>:<line>: ...`."""
+    from atkit.records import MalformedFileError
+
+    where = f"{path.name}:{line}" if line else path.name
+    return MalformedFileError(f"{where}: {problem}")
+
+
 @functools.lru_cache(maxsize=4)
 def _library_blocks(path: Path, mtime_ns: int, size: int) -> tuple[Block, ...]:
     import jupytext
 
-    cells = [c for c in jupytext.read(str(path)).cells if c.cell_type == "code"]
-    lines = path.read_text(encoding="utf-8").splitlines()
+    from atkit.records import read_text
+
+    whole = read_text(path, fix="save the notebook as UTF-8 text")
+    cells = [c for c in jupytext.reads(whole, fmt="md").cells if c.cell_type == "code"]
+    lines = whole.splitlines()
     starts, sections, heads, fenced = [], [], {}, False
     for number, text in enumerate(lines, start=1):
         if text.startswith("```"):
@@ -81,9 +98,11 @@ def _library_blocks(path: Path, mtime_ns: int, size: int) -> tuple[Block, ...]:
             heads = {k: v for k, v in heads.items() if k < level}
             heads[level] = match.group(2)
     if len(starts) != len(cells):
-        raise RuntimeError(
-            f"{path.name}: {len(cells)} code cells but {len(starts)} ```python "
-            "fences; every code cell must be a ```python block"
+        raise _malformed(
+            path,
+            None,
+            f"{len(cells)} code cells but {len(starts)} ```python fences; write "
+            "every code cell as a ```python block, each closed by its own ```",
         )
     blocks = []
     for cell, start, section in zip(cells, starts, sections, strict=True):
@@ -94,7 +113,28 @@ def _library_blocks(path: Path, mtime_ns: int, size: int) -> tuple[Block, ...]:
             for ln in cell.source.splitlines()
         ]
         blocks.append(Block("\n".join(code), start, section))
+        check_compiles(path, blocks[-1])
     return tuple(blocks)
+
+
+def check_compiles(path: Path, block: Block) -> None:
+    """A library cell that is not Python (a syntax error, a stray indent) is refused
+    naming the `.md` line, before anything imports or exports it."""
+    padded = "\n" * (block.line - 1) + block.source  # each line on its .md line
+    try:
+        compile(padded, str(path), "exec", dont_inherit=True)
+    except SyntaxError as err:  # IndentationError and TabError are SyntaxErrors
+        text = (err.text or "").strip()
+        shown = f": `{text[:80]}`" if text else ""
+        if re.match(r"(<{7}|={7}|>{7})( |$)", text):
+            shown += " (a git conflict marker: resolve the conflict)"
+        raise _malformed(
+            path,
+            err.lineno,
+            f"a library cell ({block.section or 'before the first heading'}) does "
+            f"not compile ({err.msg}){shown}; fix that line, or tag the cell "
+            f"`{DEMO_TAG}` if it is not library code",
+        ) from None
 
 
 def library_cells(path: Path = NOTEBOOK) -> list[str]:
@@ -164,6 +204,18 @@ def registry_names(name: str, path: Path = NOTEBOOK) -> tuple[str, ...]:
     and the tests' collection read choices this way; `load()` gives the objects."""
     import ast
 
+    def literal(node, block: Block):
+        try:
+            return ast.literal_eval(node)
+        except ValueError:  # a name or a call where the registry's key belongs
+            raise _malformed(
+                path,
+                block.line + node.lineno - 1,
+                f"a key of the registry {name} is not written out "
+                f"(`{ast.unparse(node)[:60]}`); write its name as a string, which "
+                "--help and the tests read without running the notebook",
+            ) from None
+
     names: list[str] = []
     for block in library_blocks(path):
         for node in ast.parse(block.source).body:
@@ -174,29 +226,36 @@ def registry_names(name: str, path: Path = NOTEBOOK) -> tuple[str, ...]:
                 items = value.keys if isinstance(value, ast.Dict) else []
                 if isinstance(value, (ast.Tuple, ast.List)):
                     items = value.elts
-                names = [ast.literal_eval(k) for k in items]
+                names = [literal(k, block) for k in items if k is not None]
             elif (
                 isinstance(target, ast.Subscript)
                 and isinstance(target.value, ast.Name)
                 and target.value.id == name
             ):
-                key = ast.literal_eval(target.slice)
+                key = literal(target.slice, block)
                 names += [] if key in names else [key]
     if not names:
         raise LookupError(f"{path.name} defines no registry {name} with names")
     return tuple(names)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if stale")
-    args = parser.parse_args()
-    if args.check:
-        if not EXPORT.exists() or EXPORT.read_text(encoding="utf-8") != module_source():
-            print(f"{EXPORT} is stale: run `python nbexport.py`", file=sys.stderr)
-            return 1
-        return 0
-    print(export())
+    args = parser.parse_args(argv)
+    from atkit.records import MalformedFileError
+
+    try:
+        if args.check:
+            source = module_source(NOTEBOOK)
+            if not EXPORT.exists() or EXPORT.read_text(encoding="utf-8") != source:
+                print(f"{EXPORT} is stale: run `python nbexport.py`", file=sys.stderr)
+                return 1
+            return 0
+        print(export(NOTEBOOK))
+    except MalformedFileError as err:  # a cell that does not compile, with its line
+        print(f"nbexport.py: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

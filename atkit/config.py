@@ -13,7 +13,6 @@ AT_PRESET read them at once).
   defines it: a kind used before that cell ran is refused naming the cell.
 """
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -342,11 +341,35 @@ def _changed(config) -> dict:
 # ---------------------------------------------------- the committed run's times
 
 
+# runs/cell-minutes.json: {preset: {"machine": ..., "minutes": {cell: minutes}}}
+MINUTES_SCHEMA = {
+    "type": "object",
+    "additionalProperties": {
+        "type": "object",
+        "required": ["machine", "minutes"],
+        "properties": {
+            "machine": {"type": "string", "minLength": 1},
+            "minutes": {
+                "type": "object",
+                "additionalProperties": {"type": "number", "minimum": 0},
+            },
+        },
+    },
+}
+MINUTES_FIX = (
+    "write it again from the executed notebook with `make readme` (python -m "
+    "tools.readme_results)"
+)
+
+
 def committed_minutes(path: Path = MINUTES_FILE) -> dict:
     """{preset: {"machine": ..., "minutes": {cell: minutes}}} of the committed run
-    (runs/cell-minutes.json); {} where the file is missing."""
+    (runs/cell-minutes.json); {} where the file is missing. A file that is not such
+    a record is a MalformedFileError naming it and what to do."""
+    from atkit.records import read_json
+
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return read_json(path, MINUTES_SCHEMA, fix=MINUTES_FIX)
     except FileNotFoundError:
         return {}
 

@@ -4,13 +4,60 @@ where its summary lives, and reading it back for Part 4's table."""
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 from pathlib import Path
 
 from atkit.settings import current_config, unread
 
 RUNS = Path(__file__).resolve().parents[1] / "runs"
+# the scores a spread summarises, each over the seeds
+SCORES = ("bleu_test_2016_flickr", "bleu_val")
+
+_NUMBER = {"type": "number"}
+_SUMMARY = {  # one score over the seeds: `summary()`
+    "type": "object",
+    "required": ["values", "mean", "min", "max", "range"],
+    "properties": {
+        "values": {"type": "array", "items": _NUMBER, "minItems": 1},
+        "mean": _NUMBER,
+        "min": _NUMBER,
+        "max": _NUMBER,
+        "range": {"type": "number", "minimum": 0},
+    },
+}
+_TEXT = {"type": "string"}
+# runs/seed-spread-<preset>.json, as tools/seed_spread.py writes it; required is what
+# its readers read (load_spread, Part 4's table and report, the tool itself)
+SPREAD_SCHEMA = {
+    "type": "object",
+    "required": ["machine", "torch", "precision", "command", "models"],
+    "properties": {
+        **{key: _TEXT for key in ("preset", "machine", "torch", "precision")},
+        "command": {"type": "string", "pattern": "^python -m tools.seed_spread"},
+        "models": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "type": "object",
+                "required": ["seeds", "config", SCORES[0]],
+                "properties": {
+                    "seeds": {
+                        "type": "array",
+                        "items": {"type": "integer", "minimum": 0},
+                        "minItems": 2,
+                    },
+                    "steps": {"type": "integer", "minimum": 0},
+                    "config": {
+                        "type": "object",
+                        "required": ["model"],
+                        "properties": {"model": {"type": "object"}},
+                    },
+                    **{key: _SUMMARY for key in SCORES},
+                },
+            },
+        },
+    },
+}
 
 
 def spread_path(preset: str) -> Path:
@@ -26,6 +73,17 @@ def summary(values: list[float]) -> dict:
         "max": max(values),
         "range": round(max(values) - min(values), 2),
     }
+
+
+def read_spread(path: Path, preset: str, fix: str | None = None) -> dict:
+    """The spread summary of `preset` at `path`; a file that is not one (not JSON, a
+    conflict marker, a score that is no number, a key missing) is a
+    MalformedFileError naming it and what to do (by default: measure it again). A
+    missing file raises FileNotFoundError."""
+    from atkit.records import read_json
+
+    again = f"python -m tools.seed_spread --preset {preset}"
+    return read_json(path, SPREAD_SCHEMA, fix=fix or f"measure it again with `{again}`")
 
 
 def same_settings(cls, a: dict, b: dict) -> bool:
@@ -48,11 +106,12 @@ def load_spread(
     """(the preset's spread, '') if it was measured with these configs (model name
     -> config dict of `cls`, the seed aside) in this `precision` ("fp32", "bf16",
     "fp16": what the run computes in), else (None, why not). A spread measured in
-    another precision is refused: its numbers are another machine's."""
+    another precision is refused: its numbers are another machine's. A file that is
+    no such summary is a MalformedFileError naming it (`read_spread`)."""
     path = spread_path(preset)
     if not path.is_file():
         return None, f"not measured for preset {preset} ({path.name} is missing)"
-    spread = json.loads(path.read_text())
+    spread = read_spread(path, preset)
     if spread.get("precision") != precision:
         return None, (
             f"{path.name} was measured in {spread.get('precision')} on "

@@ -530,9 +530,11 @@ def test_seed_noise_reads_the_committed_spread_of_these_settings(
     measured = {
         "precision": precision,
         "machine": "here",
+        "torch": "2.13.0",
         "command": "python -m tools.seed_spread --preset ci",
         "models": {
             name: {
+                "seeds": [0, 1, 2],
                 "config": {**c.to_dict(), "seed": 0},
                 "bleu_test_2016_flickr": seeds.summary(values),
             }

@@ -37,6 +37,7 @@ REFUSALS = {
     "DiskFullError",
     "UsageError",
     "ExportError",
+    "MalformedFileError",  # a file of the project that is not what it should be
     "NonFiniteLossError",  # the loss diverged: its message names the setting
 }
 MEMORY_ADVICE = (

@@ -20,8 +20,6 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
-
 from atkit.files import check_writable
 from tools.errors import UsageError, run_main
 
@@ -44,27 +42,19 @@ WHAT = {
 def read_text(path: Path, flag: str) -> str:
     """The text of `path`, or a refusal naming it (and the option that gave it) if
     it is not UTF-8 text."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(
-            f"{flag} {path} is not UTF-8 text (byte {err.start} cannot be decoded); "
-            f"give {WHAT[flag]}"
-        ) from None
+    from atkit import records
+
+    return records.read_text(path, f"{flag} {path}", f"give {WHAT[flag]}")
 
 
 def read_notebook(notebook: Path):
-    """The notebook at `notebook`, or a refusal naming it."""
-    text = read_text(notebook, "--notebook")
-    try:
-        return nbformat.reads(text, as_version=4)
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-        raise UsageError(
-            f"--notebook {notebook} cannot be read as a notebook ("
-            f"{type(err).__name__}{': ' + first if first else ''}); give "
-            f"{WHAT['--notebook']}"
-        ) from None
+    """The notebook at `notebook`, or a refusal naming it and what is wrong
+    (atkit.records: not JSON, cut short, `[]`, a cell without its source)."""
+    from atkit import records
+
+    return records.read_notebook(
+        notebook, name=f"--notebook {notebook}", fix=f"give {WHAT['--notebook']}"
+    )
 
 
 def results_block(notebook: Path) -> str:
@@ -101,73 +91,100 @@ def results_block(notebook: Path) -> str:
         parts.append(f"**{title}**\n\n```text\n{text}\n```\n")
     if not parts:
         raise UsageError(f"{notebook} has no cells tagged `results`")
-    head = f"From the committed run of the notebook (preset `{run_preset(nb)}`):\n\n"
+    preset = run_preset(nb, f"--notebook {notebook}")
+    head = f"From the committed run of the notebook (preset `{preset}`):\n\n"
     return head + "\n".join(parts)
 
 
-def run_preset(nb) -> str:
-    """The preset of the run, from the data the Setup cell displays beside its line
-    (atkit.runtime.RUN_MIME)."""
+# what this program reads of the facts the Setup cell displays (atkit.runtime)
+RUN_FACTS = {
+    "type": "object",
+    "required": ["preset"],
+    "properties": {
+        key: {"type": "string"} for key in ("preset", "machine", "cpu", "precision")
+    },
+}
+
+
+def run_facts(nb, name: str = "the notebook") -> dict:
+    """The facts of the run that the Setup cell displays beside its line
+    (atkit.runtime.RUN_MIME), or a refusal naming the notebook (`name`)."""
+    from atkit.records import schema_problem
     from atkit.runtime import RUN_MIME
 
     for cell in nb.cells:
         for o in cell.get("outputs", []):
             facts = o.get("data", {}).get(RUN_MIME)
-            if facts:
-                return facts["preset"]
+            if not facts:
+                continue
+            problem = schema_problem(facts, RUN_FACTS)
+            if problem:
+                raise UsageError(
+                    f"{name}: the Setup cell's output {RUN_MIME} {problem}; run the "
+                    "notebook again"
+                )
+            return facts
     raise UsageError(
-        "the notebook's Setup cell shows no run facts (its output lacks "
+        f"{name}: the Setup cell shows no run facts (its output lacks "
         f"{RUN_MIME}): run the notebook again"
     )
+
+
+def run_preset(nb, name: str = "the notebook") -> str:
+    """The preset of the run, from the facts the Setup cell displays."""
+    return run_facts(nb, name)["preset"]
 
 
 EXPECTED_CELL = re.compile(r"expected_time\(PRESET, \"(\w+)\"\)")
 
 
-def cell_minutes(cell) -> float | None:
+STAMPS = ("iopub.execute_input", "shell.execute_reply")
+
+
+def cell_minutes(cell, name: str = "the notebook") -> float | None:
     """How long the run spent on `cell`, from nbconvert's timestamps (None: not
-    recorded)."""
+    recorded); a stamp that is no time is a refusal naming the notebook (`name`)."""
     from datetime import datetime
 
     stamps = cell.get("metadata", {}).get("execution", {})
-    keys = ("iopub.execute_input", "shell.execute_reply")
-    if not all(k in stamps for k in keys):
+    if not isinstance(stamps, dict) or not all(k in stamps for k in STAMPS):
         return None
-    start, end = (
-        datetime.fromisoformat(stamps[k].replace("Z", "+00:00")) for k in keys
-    )
-    return (end - start).total_seconds() / 60
+    try:
+        start, end = (
+            datetime.fromisoformat(stamps[k].replace("Z", "+00:00")) for k in STAMPS
+        )
+        return (end - start).total_seconds() / 60
+    except (AttributeError, TypeError, ValueError):
+        shown = {k: stamps[k] for k in STAMPS}
+        raise UsageError(
+            f"{name}: a cell's execution timestamps {shown} are not ISO times "
+            f"(cell {cell.get('id', '')!r}); run the notebook again"
+        ) from None
 
 
-def run_machine(nb) -> str:
+def run_machine(nb, name: str = "the notebook") -> str:
     """The machine of the run, in words, from the facts the Setup shows."""
-    from atkit.runtime import RUN_MIME
-
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            facts = o.get("data", {}).get(RUN_MIME)
-            if facts:
-                extra = [facts[k] for k in ("cpu", "precision") if facts.get(k)]
-                machine = facts.get("machine", "an unnamed machine")
-                return machine + (f" ({', '.join(extra)})" if extra else "")
-    raise UsageError(f"the notebook shows no run facts ({RUN_MIME}): run it again")
+    facts = run_facts(nb, name)
+    extra = [facts[k] for k in ("cpu", "precision") if facts.get(k)]
+    machine = facts.get("machine", "an unnamed machine")
+    return machine + (f" ({', '.join(extra)})" if extra else "")
 
 
-def measured_minutes(nb) -> dict:
+def measured_minutes(nb, name: str = "the notebook") -> dict:
     """{"machine": ..., "minutes": {cell: minutes}} of the executed notebook `nb`,
     for the cells that print their expected time."""
     minutes = {}
     for cell in nb.cells:
         match = EXPECTED_CELL.search(cell.source) if cell.cell_type == "code" else None
-        took = cell_minutes(cell) if match else None
+        took = cell_minutes(cell, name) if match else None
         if took is not None:
             minutes[match.group(1)] = round(took, 1)
-    return {"machine": run_machine(nb), "minutes": minutes}
+    return {"machine": run_machine(nb, name), "minutes": minutes}
 
 
-def minutes_record(nb, old: dict) -> dict:
+def minutes_record(nb, old: dict, name: str = "the notebook") -> dict:
     """The record `old` (runs/cell-minutes.json) with the run of `nb`'s preset in it."""
-    return {**old, run_preset(nb): measured_minutes(nb)}
+    return {**old, run_preset(nb, name): measured_minutes(nb, name)}
 
 
 def replace_block(readme: str, block: str) -> str:
@@ -237,7 +254,9 @@ def main(argv=None) -> int:
 
     old = read_text(args.readme, "--readme")
     times = committed_minutes(args.minutes)
-    new_times = minutes_record(read_notebook(args.notebook), times)
+    new_times = minutes_record(
+        read_notebook(args.notebook), times, f"--notebook {args.notebook}"
+    )
     new = quote_times(replace_block(old, results_block(args.notebook)), new_times)
     if args.check:
         stale = [

@@ -83,7 +83,7 @@ from pygments.formatters import HtmlFormatter
 from traitlets.config import Config
 
 try:
-    from atkit import attention_view, figures
+    from atkit import attention_view, figures, records
     from atkit.files import write_text_atomic
     from tools import errors
 except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is not
@@ -655,10 +655,19 @@ def _exporter(page: Page) -> PageExporter:
 # --------------------------------------------------------------------------- KaTeX
 
 
+def katex_version(katex_dir: Path) -> str | None:
+    """The version of the KaTeX in `katex_dir` (None: none there, or a package.json
+    that cannot be read, as an install cut short leaves it: installed again)."""
+    try:
+        version = json.loads((katex_dir / "package.json").read_text()).get("version")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return version if isinstance(version, str) else None
+
+
 def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     """Install the pinned KaTeX from npm into build/ if it is not there yet."""
-    pkg = katex_dir / "package.json"
-    if pkg.is_file() and json.loads(pkg.read_text()).get("version") == KATEX_VERSION:
+    if katex_version(katex_dir) == KATEX_VERSION:
         return katex_dir
     npm = shutil.which("npm")
     if npm is None:
@@ -666,6 +675,8 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
             "npm is needed once to fetch KaTeX; install Node.js and npm "
             "(Debian: apt-get install -y nodejs npm) and run this again"
         )
+    if katex_dir.is_dir() and katex_version(katex_dir) is None:
+        shutil.rmtree(katex_dir)  # a damaged install, which npm would leave as it is
     prefix = katex_dir.parents[1]
     prefix.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -683,7 +694,7 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     proc = subprocess.run(
         cmd, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True
     )
-    if proc.returncode != 0 or not pkg.is_file():
+    if proc.returncode != 0 or katex_version(katex_dir) != KATEX_VERSION:
         raise PageError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()}")
     return katex_dir
 
@@ -767,10 +778,12 @@ def load_notebook(path: Path):
             f"{path} not found. Execute the notebook first (`make run`), then render "
             "again."
         )
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as exc:  # nbformat raises several kinds
-        raise PageError(f"{path} is not a readable notebook: {exc}") from exc
+    try:  # not JSON, cut short, `[]`, a cell without its source: named, with where
+        nb = records.read_notebook(
+            path, name=str(path), fix="give an executed .ipynb (`make run` writes one)"
+        )
+    except records.MalformedFileError as exc:
+        raise PageError(str(exc)) from None
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     if code and not any(c.get("execution_count") or c.get("outputs") for c in code):
         raise PageError(

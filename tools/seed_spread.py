@@ -28,7 +28,8 @@ from pathlib import Path
 
 from atkit import config, runtime
 from atkit.files import writable_folder, write_text_atomic
-from atkit.seeds import same_settings, spread_path, summary
+from atkit.records import MalformedFileError, read_json
+from atkit.seeds import SCORES, read_spread, same_settings, spread_path, summary
 from atkit.settings import ConfigError
 from tools import train
 from tools.errors import UsageError, run_main
@@ -38,7 +39,21 @@ MODELS = (
     ("part3", "part3", []),
     ("full recipe", "full-recipe", ["--set", "vocab='bpe'", "--set", "tie='all'"]),
 )
-SCORES = ("bleu_test_2016_flickr", "bleu_val")
+# what this program reads of a run's results file (tools/train.py writes it)
+RESULTS_SCHEMA = {
+    "type": "object",
+    "required": ["preset", "config", "steps", "history", *SCORES],
+    "properties": {
+        "preset": {"type": "string"},
+        "config": {"type": "object"},
+        "steps": {"type": "integer"},
+        "history": {
+            "type": "object",
+            "properties": {"steps": {"type": "array", "items": {"type": "integer"}}},
+        },
+        **{key: {"type": "number"} for key in SCORES},
+    },
+}
 
 
 def cpu_name() -> str:
@@ -61,9 +76,9 @@ def wanted_config(preset: str, seed: int, sets: list[str]) -> dict:
 def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
     """The results file `res` of a finished run with exactly the settings this
     program asks for (its training program writes it last), else None."""
-    try:
-        done = json.loads(res.read_text())
-    except (OSError, ValueError):
+    try:  # a file that is no such record is trained again (and written anew)
+        done = read_json(res, RESULTS_SCHEMA)
+    except (OSError, MalformedFileError):
         return None
     wanted = wanted_config(preset, seed, sets)
     steps = done.get("history", {}).get("steps") or [None]
@@ -89,10 +104,17 @@ def measured(old: dict | None, where: dict, seeds: list[int], sets: list[str], n
     return entry if same_settings(cls, entry["config"], wanted) else None
 
 
-def read_summary(path: Path) -> dict | None:
+def read_summary(path: Path, preset: str) -> dict | None:
+    """The summary this program wrote to `path` before (None: none there). One that
+    cannot be read is refused naming it, before any training: it is committed, and
+    writing over it unread would hide what happened to it."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_spread(
+            path,
+            preset,
+            fix="give --rerun to measure every seed again and write a new one",
+        )
+    except FileNotFoundError:
         return None
 
 
@@ -137,7 +159,7 @@ def main(argv=None) -> int:
         # bfloat16 (two "AMD EPYC" machines, one with and one without, trained apart)
         "precision": runtime.auto_precision(runtime.default_device())[0],
     }
-    old = None if args.rerun else read_summary(out)
+    old = None if args.rerun else read_summary(out, preset)
     models = {}
     for name, folder, sets in MODELS:
         entry = measured(old, where, args.seeds, sets, name)
@@ -179,7 +201,7 @@ def main(argv=None) -> int:
             status = train.train_cli(argv_run)
             if status:
                 return status
-            runs.append(json.loads(res.read_text()))
+            runs.append(read_json(res, RESULTS_SCHEMA))
         models[name] = {
             "seeds": args.seeds,
             "steps": runs[0]["steps"],

@@ -44,24 +44,24 @@ class Counts:
 
 
 def read_notebook(path: Path):
-    """The notebook at `path`, read with jupytext; a file that is not one is refused
-    with a UsageError naming it."""
+    """The notebook at `path`: an `.ipynb` checked as atkit.records reads one, any
+    other file read by jupytext as its extension says (markdown by default); a file
+    that is not one is refused naming it."""
     import jupytext
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(
-            f"--notebook {path} is not UTF-8 text (byte {err.start} cannot be "
-            "decoded); give the notebook's .md file"
-        ) from None
-    ext = path.suffix if path.suffix in (".md", ".ipynb", ".py") else ".md"
+    from atkit import records
+
+    name, fix = f"--notebook {path}", "give the notebook's .md file"
+    if path.suffix == ".ipynb":
+        return records.read_notebook(path, name=name, fix=fix)
+    text = records.read_text(path, name, fix)
+    ext = path.suffix if path.suffix == ".py" else ".md"
     try:
         return jupytext.reads(text, fmt=ext.lstrip("."))
     except (ValueError, TypeError, KeyError) as err:
         raise UsageError(
-            f"--notebook {path} cannot be read as a notebook ({type(err).__name__}: "
-            f"{str(err)[:200]}); give the notebook's .md file"
+            f"{name} cannot be read as a notebook ({type(err).__name__}: "
+            f"{str(err)[:200]}); {fix}"
         ) from None
 
 
