@@ -465,6 +465,7 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     if other == alone:
         assert [r["key"] for r in again["rows"]][2:4] == ["avg", "branch"]
         assert greedy[3] == fingerprint(weights) == avg(alone, n_of[alone])
+
     # eq. 3 alone against the cool-down, every model scored by its weights. The
     # cool-down's run averages 2 snapshots, as if its sweep had chosen so (made up).
     def by_weights(model, data_, split, search, decode_tokens):
@@ -617,3 +618,89 @@ def test_seed_noise_reads_the_committed_spread_of_these_settings(
     seeds.spread_path("ci").write_text(json.dumps(elsewhere))
     spread, noise = table.seed_noise("ci", cfgs, "cpu", lib.NOTEBOOK)
     assert noise is None and f"this run computes in {precision}" in spread["why_not"]
+
+
+# ------------------------------------------------------ val chooses, test reports
+
+
+def val_only(data):
+    """`data` without its test split: what a function that chooses may be given."""
+    if isinstance(data, types.SimpleNamespace):
+        return types.SimpleNamespace(
+            sources={"val": data.sources["val"]}, text={"val": data.text["val"]}
+        )
+    return dataclasses.replace(
+        data, sources={"val": data.sources["val"]}, text={"val": data.text["val"]}
+    )
+
+
+def test_the_functions_that_choose_never_read_a_test_split(tmp_path):
+    """final_systems (with choose_n_avg, choose_alpha and choose_weights inside it)
+    chooses the snapshots to average, alpha and the final system of both directions
+    from data that has no test split; every split it decodes is val."""
+    decoded = []
+
+    def bleu(model, data, split, search, decode_tokens):
+        decoded.append(split)
+        sources, refs = data.sources[split], data.text[split][1]  # as the real one
+        _, run, n = model
+        alpha = search[1] if search != "greedy" else 0.0
+        score = 30 + n / 10 + ("eq3" in run) - (alpha - 1.5) ** 2
+        return {"bleu": score, "ratio": len(sources) / len(refs)}
+
+    nb = table.Notebook(
+        train=None,
+        average=lambda folder, history, device, n: ("average", folder.name, n),
+        best=None,
+        bleu=bleu,
+        greedy="greedy",
+        search=lambda name, beam_size, alpha: (name, alpha),
+        rate=None,
+    )
+    pairs = (["ein Hund ."], ["a dog ."])
+    data = types.SimpleNamespace(
+        sources={"val": pairs[0], "test_2016_flickr": pairs[0]},
+        text={"val": pairs, "test_2016_flickr": pairs},
+    )
+    with pytest.raises(KeyError):  # the guard: a test split is not there to read
+        bleu(("average", "run", 1), val_only(data), "test_2016_flickr", "greedy", 9)
+    decoded.clear()
+    history = {"steps": [2, 4, 6], "best_step": 6}
+    cfg = types.SimpleNamespace(decode_tokens=9)
+    trained = {
+        run: table.Trained(cfg, val_only(data), history)
+        for name in table.DIRECTIONS.values()
+        for run in (name, table.eq3(name))
+    }
+    recipe = config.RecipeConfig(n_avg=3, alphas=(0.0, 0.6), alpha_step=0.9)
+    finals = table.final_systems(trained, recipe, tmp_path, "cpu", nb)
+    assert set(finals) == {"de-en", "en-de"}
+    for f in finals.values():
+        assert (f["branch"], f["n_avg"], f["alpha"]) == (True, 3, 1.5)
+    assert decoded and set(decoded) == {"val"}
+
+
+def test_the_notebooks_training_and_choices_need_no_test_split(lib, copy_table):
+    """The notebook's own functions: a run trains and keeps its best snapshot, and
+    final_systems chooses, on copy-task data from which the test split is gone."""
+    t, root = copy_table.trained, copy_table.root
+    decoded = []
+    real = lib.bleu
+
+    def spy(model, data, split, search, decode_tokens):
+        decoded.append(split)
+        return real(model, data, split, search, decode_tokens)
+
+    nb = dataclasses.replace(lib.NOTEBOOK, bleu=spy)
+    recipe = config.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    guarded = {
+        name: dataclasses.replace(run, data=val_only(run.data))
+        for name, run in t.items()
+    }
+    finals = table.final_systems(guarded, recipe, root, "cpu", nb)
+    assert set(finals) == {"de-en"} and set(decoded) == {"val"}
+    cfg = copy_table.cfg.updated(seed=3)
+    run = table.train_or_report(
+        cfg, val_only(copy_table.data), root / "no-test", "cpu", nb, quiet
+    )
+    assert run.diverged is None and run.history["best_step"] in run.history["steps"]

@@ -495,3 +495,37 @@ def test_the_final_systems_are_compared_with_the_published_at_the_seeds_mean(sum
     )
     summary["rows"][3]["diverged"] = "loss not finite at step 3"
     assert "  de-en: no final system (its run diverged)" in report.compare(summary)
+
+
+def test_the_sentences_read_the_rows_of_one_change_each(summary):
+    """A run whose final system is the eq. 3 branch: row 3 is the cool-down run's
+    own average (against its best snapshot), row 4 the branch's (against row 3),
+    row 5 the paper's alpha beside row 6's; the sentences quote those pairs, and the
+    Conclusion's averaging after a cool-down is row 3 against row 2."""
+    rows = [
+        row(1, "words", "words, tie='tgt', greedy", "de-en", 38.39, 1.007),
+        row(2, "bpe", "shared BPE + tie='all'", "de-en", 38.85, 0.984, 1, True),
+        row(3, "avg", "+ average of 6 snapshots", "de-en", 38.35, 0.99, 2),
+        row(4, "branch", "+ eq. 3 branch, average of 6", "de-en", 38.70, 0.989, 3, 1),
+        row(5, "beam paper", "+ beam 4, paper's alpha 0.6", "de-en", 39.9, 0.96, 4),
+        row(6, "beam", "+ beam 4, alpha 1.5", "de-en", 40.29, 0.98, 4),
+        row(7, "post", "row 2 with post-norm", "de-en", 38.11, 0.953, 2, True),
+        row(8, "en-de", "BPE + tie='all', greedy", "en-de", 35.95, 1.005),
+        row(9, "en-de avg", "+ averaging (none beat best)", "en-de", 35.95, 1.0, 8),
+        row(10, "en-de branch", "+ eq. 3 branch, average of 6", "en-de", 35.62, 1, 9),
+        row(11, "en-de beam", "+ beam 4, alpha 2.5", "en-de", 37.04, 0.999, 10),
+    ]
+    for r, n in zip(rows, [None, None, 6, 6, 6, 6, None, None, 1, 6, 6], strict=True):
+        r["n_avg"] = n
+    summary["rows"] = rows
+    said = " ".join(report.what_the_table_says(summary))
+    assert "Averaging the last 6 snapshots, greedy (row 3 vs 2)" in said
+    assert "The eq. 3 branch's average instead of the cool-down run's" in said
+    assert "(row 4 vs 3): BLEU 38.35 -> 38.70" in said
+    assert "paper's alpha on the same weights (row 5 vs 4)" in said
+    assert "the eq. 3 branch's average instead (row 10 vs 9)" in said
+    ending = " ".join(report.conclusion(summary, 38.39))
+    assert "after a cool-down by -0.50 (de-en) and 0.00 (en-de)" in ending
+    assert "best German→English row of Part 4 is row 6 (40.29)" in ending
+    assert "over 0.96 (the larger of two models' ranges): a range" in ending
+    assert "up to" not in ending
