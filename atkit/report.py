@@ -146,13 +146,13 @@ def table(summary) -> list[str]:
         f"sacreBLEU on test_2016 ({summary['sentences']} sentences)"
     )
     cols = (
-        f"{'row':<31} {'dir':>5} {'warmup':>6} {'peak lr':>8} {'BLEU':>6} "
+        f"{'row':<32} {'dir':>5} {'warmup':>6} {'peak lr':>8} {'BLEU':>6} "
         f"{'ratio':>6} {'vs':>3} {'gain':>7} {'decode s':>8}"
     )
     lines, marked = [head, cols], False
     for r in summary["rows"]:
         name = f"{r['no']} {r['label']}"
-        left = f"{name:<31} {r['dir']:>5} {r['warmup']:>6} {r['peak']:>8.1e}"
+        left = f"{name:<32} {r['dir']:>5} {r['warmup']:>6} {r['peak']:>8.1e}"
         if r["diverged"]:
             lines.append(f"{left}  diverged: {r['diverged']}")
             continue
@@ -189,7 +189,7 @@ def intervals(summary) -> list[str]:
         return []
     first = rows[0]["interval"]
     lines = [
-        f"each gain with its 95% interval: sacreBLEU's paired bootstrap over the "
+        f"each gain's 95% interval: sacreBLEU's paired bootstrap over the "
         f"{summary['sentences']} test sentences",
         f"({first['resamples']} resamples, seed {first['seed']}); within noise: the "
         "interval covers 0",
@@ -475,6 +475,9 @@ MULTI30K_PUBLISHED = [  # test_2016_flickr; the sources: "How our numbers compar
 ]
 
 
+SHORT_NAMES = {"Wu": "Wu et al.", "OPUS-MT": "OPUS-MT"}
+
+
 def compare(summary) -> list[str]:
     """The paper's Table 2, the published Multi30k figures, and this run's rows."""
     out = ["the paper (Table 2, WMT 2014 newstest2014):"]
@@ -493,7 +496,7 @@ def compare(summary) -> list[str]:
 def published(direction: str) -> list[tuple[str, float]]:
     """The published Multi30k figures of one direction: (short name, BLEU)."""
     return [
-        (name.split(",")[0], value)
+        (SHORT_NAMES.get(name.split()[0], name), value)
         for name, value in MULTI30K_PUBLISHED
         if name.endswith(direction.upper())
     ]

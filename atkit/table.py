@@ -267,7 +267,7 @@ def table_rows(recipe, finals) -> list[tuple]:
                 name,
                 "average",
                 first,
-                "the cool-down run's snapshots averaged, how many chosen on val",
+                "the cool-down run's average (how many: val)",
             )
         ]
         greedy = f"{key}avg"
@@ -280,8 +280,8 @@ def table_rows(recipe, finals) -> list[tuple]:
                     run,
                     "final",
                     greedy,
-                    f"eq. 3 alone over the last {recipe.eq3_branch:.0%} of steps "
-                    "instead of the cool-down, each run averaged as val chose",
+                    f"eq. 3 alone, not the cool-down, over the last "
+                    f"{recipe.eq3_branch:.0%} (each averaged as val chose)",
                 )
             )
             greedy = f"{key}branch"
@@ -295,7 +295,7 @@ def table_rows(recipe, finals) -> list[tuple]:
                     run,
                     "paper",
                     greedy,
-                    f"beam search at the paper's alpha, {PAPER_ALPHA}",
+                    f"beam search, the paper's alpha {PAPER_ALPHA}",
                 )
             )
         alpha = f["alpha"] if f else "?"
@@ -307,7 +307,7 @@ def table_rows(recipe, finals) -> list[tuple]:
                 run,
                 "beam",
                 greedy,
-                "beam search at the alpha chosen on val",
+                "beam search, the alpha val chose",
             )
         )
         return rows
@@ -321,7 +321,7 @@ def table_rows(recipe, finals) -> list[tuple]:
             "part4-bpe-all",
             "best",
             "words",
-            "shared BPE with tie='all': one piece, as one vocabulary serves both",
+            "shared BPE and tie='all' (one piece: one vocabulary)",
         ),
         *decoding("de-en", "bpe"),
         (
