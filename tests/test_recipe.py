@@ -73,9 +73,21 @@ def test_every_other_row_is_scored(recipe_with_a_nan):
         assert isinstance(r["bleu"], float) and r["ratio"] >= 0, r["key"]
     assert set(summary["choices"]) == {"de-en", "en-de"}
     assert summary["averaging"] is not None  # eq. 3 and the cool-down both trained
+    post = next(r["no"] for r in summary["rows"] if r["key"] == "post")
     said = report.what_the_table_says(summary)
-    assert any("row 5's run diverged" in s for s in said)
+    assert any(f"row {post}'s run diverged" in s for s in said)
     assert len(report.conclusion(summary, 1.0)) == 4
+    # every gain between two scored rows with its paired interval, printed; none
+    # against the diverged row
+    compared = [r for r in others if r["vs"] not in (None, post)]
+    assert all(r["interval"] is None for r in others if r["vs"] == post)
+    assert compared and all(
+        r["interval"]["low"] <= r["interval"]["high"] for r in compared
+    )
+    lines = report.table(summary)
+    assert sum(
+        ln.startswith(f"{r['no']:>4} ") for r in compared for ln in lines
+    ) == len(compared)
 
 
 def test_the_table_compares_rows_of_the_same_trained_run_unmarked(recipe_with_a_nan):
@@ -578,7 +590,7 @@ def test_table_rows_name_the_final_systems_choices(lib):
         "final",
         "avg",
     )
-    assert "eq. 3 alone over the last 30% of steps" in keyed["branch"][6]
+    assert "not the cool-down, over the last 30%" in keyed["branch"][6]
     assert keyed["beam"][3:6] == ("part4-bpe-all-eq3", "beam", "branch")
     assert keyed["beam paper"][3:6] == ("part4-bpe-all-eq3", "paper", "branch")
 
