@@ -84,6 +84,7 @@ def test_every_other_row_is_scored(recipe_with_a_nan):
     assert compared and all(
         r["interval"]["low"] <= r["interval"]["high"] for r in compared
     )
+    assert report.averaging_says(summary) and report.compare(summary)  # as Part 4
     lines = report.table(summary)
     assert sum(
         ln.startswith(f"{r['no']:>4} ") for r in compared for ln in lines
