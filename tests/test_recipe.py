@@ -717,3 +717,18 @@ def test_the_notebooks_training_and_choices_need_no_test_split(lib, copy_table):
         cfg, val_only(copy_table.data), root / "no-test", "cpu", nb, quiet
     )
     assert run.diverged is None and run.history["best_step"] in run.history["steps"]
+
+
+def test_the_seeds_are_put_beside_the_rows_of_the_models_they_measured():
+    scores = {"values": [38.39, 37.88], "mean": 38.14, "min": 37.88, "max": 38.39}
+    spread = {
+        "models": {
+            "part3": {"seeds": [0, 1], "bleu_test_2016_flickr": scores},
+            "full recipe": {"seeds": [0, 1], "bleu_test_2016_flickr": scores},
+        }
+    }
+    seeds = table.seed_scores(spread)
+    assert set(seeds) == {"words", "bpe"}
+    assert seeds["words"] == {"seeds": [0, 1], **scores}
+    assert table.seed_scores({"why_not": "measured in bf16"}) is None
+    assert table.seed_scores(None) is None
