@@ -14,9 +14,15 @@ The record (a dict):
   (True when it is another training run than its reference row), ``bleu``,
   ``ratio`` (output/reference length), ``unk`` (outputs holding ``<unk>``),
   ``seconds`` (decoding), and ``diverged`` (None, or the message of the run that
-  diverged, which then has no scores);
+  diverged, which then has no scores); optional (a record of an older run lacks
+  them): ``change`` (what differs from the reference row, in words), ``n_avg`` (the
+  snapshots its weights average, or None) and ``interval`` (None, or the 95 %
+  interval of its gain over the reference row by sacreBLEU's paired bootstrap:
+  ``low``, ``high``, ``verdict``, ``p``, ``resamples``, ``seed``);
 * ``noise``: the seed-to-seed range of test BLEU (the larger of the two models'), or
   None when it was not measured for this run;
+* ``seeds`` (optional): row key -> the seeds' test BLEU of the model that row is
+  (``seeds``, ``values``, ``mean``, ``min``, ``max``, ``range``), or None;
 * ``steps``, ``preset``, ``sentences`` (test sentences);
 * ``choices``: per direction, ``run`` (the folder whose snapshots it averages: the
   cool-down run or its eq. 3 branch) and ``branch`` (whether the branch's),
@@ -35,6 +41,8 @@ The record (a dict):
 from __future__ import annotations
 
 import math
+
+from atkit import scoring
 
 
 def signed(x: float, digits: int = 2) -> str:
@@ -138,13 +146,13 @@ def table(summary) -> list[str]:
         f"sacreBLEU on test_2016 ({summary['sentences']} sentences)"
     )
     cols = (
-        f"{'row':<31} {'dir':>5} {'warmup':>6} {'peak lr':>8} {'BLEU':>6} "
+        f"{'row':<32} {'dir':>5} {'warmup':>6} {'peak lr':>8} {'BLEU':>6} "
         f"{'ratio':>6} {'vs':>3} {'gain':>7} {'decode s':>8}"
     )
     lines, marked = [head, cols], False
     for r in summary["rows"]:
         name = f"{r['no']} {r['label']}"
-        left = f"{name:<31} {r['dir']:>5} {r['warmup']:>6} {r['peak']:>8.1e}"
+        left = f"{name:<32} {r['dir']:>5} {r['warmup']:>6} {r['peak']:>8.1e}"
         if r["diverged"]:
             lines.append(f"{left}  diverged: {r['diverged']}")
             continue
@@ -162,6 +170,62 @@ def table(summary) -> list[str]:
         lines.append(
             f"* within seed noise: no larger than the seed-to-seed range of "
             f"{summary['noise']:.2f} BLEU"
+        )
+    return lines + intervals(summary) + beside_seeds(summary)
+
+
+def interval_text(r: dict) -> str:
+    """'[-0.21, +1.12]': a row's 95 % interval as printed."""
+    i = r["interval"]
+    return f"[{signed(i['low'])}, {signed(i['high'])}]"
+
+
+def intervals(summary) -> list[str]:
+    """Each compared row's gain with its 95 % interval (sacreBLEU's paired bootstrap
+    over the test sentences) and the verdict it gives, and what differs from the
+    row it is compared with; nothing for a record without intervals."""
+    rows = [r for r in summary["rows"] if r.get("interval")]
+    if not rows:
+        return []
+    first = rows[0]["interval"]
+    lines = [
+        f"each gain's 95% interval: sacreBLEU's paired bootstrap over the "
+        f"{summary['sentences']} test sentences",
+        f"({first['resamples']} resamples, seed {first['seed']}); within noise: the "
+        "interval covers 0",
+        f"{'row':>4} {'vs':>3} {'gain':>7}  {'95% interval':<16} {'verdict':<12}  "
+        "what differs",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['no']:>4} {r['vs']:>3} {signed(gain(summary, r)):>7}  "
+            f"{interval_text(r):<16} {verdict(r['interval']):<12}  "
+            f"{r.get('change') or ''}".rstrip()
+        )
+    return lines
+
+
+def verdict(interval: dict) -> str:
+    """What a row's interval says, from its bounds as printed."""
+    return scoring.verdict(interval["low"], interval["high"])
+
+
+def beside_seeds(summary) -> list[str]:
+    """The rows the seed spread measured: this run's score beside its seeds'."""
+    seeds = summary.get("seeds")
+    if not seeds:
+        return []
+    lines = [
+        "this run beside its seeds (tools.seed_spread: the same model, greedy, "
+        "best snapshot):"
+    ]
+    for r in summary["rows"]:
+        s = seeds.get(r["key"])
+        if s is None or r["diverged"]:
+            continue
+        lines.append(
+            f"  row {r['no']}: {r['bleu']:.2f} here; over seeds {s['seeds']} mean "
+            f"{s['mean']:.2f}, min {s['min']:.2f}, max {s['max']:.2f}"
         )
     return lines
 
@@ -229,15 +293,25 @@ def what_the_table_says(summary) -> list[str]:
     ]
     c = summary["choices"]["de-en"]
     avg = rows["avg"]
-    if c["n_avg"] > 1:
+    n = avg.get("n_avg", c["n_avg"])  # a record of an older run: the final's
+    if n is not None and n > 1:
         out.append(
-            f"Averaging the last {c['n_avg']} snapshots, greedy "
-            f"{change(summary, avg['no'])}."
+            f"Averaging the last {n} snapshots, greedy {change(summary, avg['no'])}."
         )
     else:
         out.append(
             f"No average of snapshots beat the best snapshot on val, so row "
             f"{avg['no']} decodes that snapshot alone."
+        )
+    if "branch" in rows:
+        out.append(
+            f"The eq. 3 branch's average instead of the cool-down run's, greedy "
+            f"{change(summary, rows['branch']['no'])}."
+        )
+    if "beam paper" in rows:
+        out.append(
+            f"Beam search at the paper's alpha on the same weights "
+            f"{change(summary, rows['beam paper']['no'])}."
         )
     beam = rows["beam"]
     if not beam["diverged"]:
@@ -254,10 +328,16 @@ def what_the_table_says(summary) -> list[str]:
     if "post own" in rows:
         own = change(summary, no["post own"])
         out.append(f"Post-norm with a schedule of its own {own}.")
+    branch = ""
+    if "en-de branch" in rows:
+        branch = (
+            f"; the eq. 3 branch's average instead "
+            f"{change(summary, no['en-de branch'])}"
+        )
     out.append(
         "English→German, scored against German references and so not comparable "
-        f"with the de-en rows: averaging {change(summary, no['en-de avg'])}; beam "
-        f"search on those weights {change(summary, no['en-de beam'])}."
+        f"with the de-en rows: averaging {change(summary, no['en-de avg'])}{branch}; "
+        f"beam search on those weights {change(summary, no['en-de beam'])}."
     )
     return out
 
@@ -375,8 +455,9 @@ def conclusion(summary, part3_bleu: float) -> list[str]:
         out.append("How far another seed moves these scores was not measured here.")
     else:
         out.append(
-            f"Another seed moves a trained model's test BLEU by up to "
-            f"{summary['noise']:.2f}."
+            f"The seeds measured spread one model's test BLEU over "
+            f"{summary['noise']:.2f} (the larger of two models' ranges): a range over "
+            "a few seeds, not a bound."
         )
     return out
 
@@ -394,6 +475,9 @@ MULTI30K_PUBLISHED = [  # test_2016_flickr; the sources: "How our numbers compar
 ]
 
 
+SHORT_NAMES = {"Wu": "Wu et al.", "OPUS-MT": "OPUS-MT"}
+
+
 def compare(summary) -> list[str]:
     """The paper's Table 2, the published Multi30k figures, and this run's rows."""
     out = ["the paper (Table 2, WMT 2014 newstest2014):"]
@@ -406,6 +490,59 @@ def compare(summary) -> list[str]:
     for row in summary["rows"]:
         score = "diverged" if row["diverged"] else f"{row['bleu']:5.2f}"
         out.append(f"  {row['label']:<34} {score}  ({row['dir']})")
+    return out + against_published(summary)
+
+
+def published(direction: str) -> list[tuple[str, float]]:
+    """The published Multi30k figures of one direction: (short name, BLEU)."""
+    return [
+        (SHORT_NAMES.get(name.split()[0], name), value)
+        for name, value in MULTI30K_PUBLISHED
+        if name.endswith(direction.upper())
+    ]
+
+
+def at_the_mean(summary) -> tuple[float, int] | None:
+    """(the shift from this run to its seeds' mean, the row it is measured on) for
+    the rows trained as the full recipe (de-en): the seeds' mean of the full
+    recipe's model minus this run's score of that model; None without a spread."""
+    seeds = summary.get("seeds") or {}
+    row = next((r for r in summary["rows"] if r["key"] == "bpe"), None)
+    if "bpe" not in seeds or row is None or row["diverged"]:
+        return None
+    return seeds["bpe"]["mean"] - row["bleu"], row["no"]
+
+
+def against_published(summary) -> list[str]:
+    """Each direction's final system against the published figures: as this run
+    scored it and, where the seed spread was measured, at the seeds' mean."""
+    rows = {r["key"]: r for r in summary["rows"]}
+    shift = at_the_mean(summary)
+    out = ["this run's final systems against them:"]
+    for direction, key in (("de-en", "beam"), ("en-de", "en-de beam")):
+        r = rows.get(key)
+        if r is None or r["diverged"]:
+            out.append(f"  {direction}: no final system (its run diverged)")
+            continue
+        gaps = ", ".join(
+            f"{name} {value:g} {signed(r['bleu'] - value)}"
+            for name, value in published(direction)
+        )
+        text = f"  {direction} row {r['no']}, {r['bleu']:.2f}: {gaps}"
+        if direction == "de-en" and shift is not None:
+            mean = r["bleu"] + shift[0]
+            gaps = ", ".join(
+                f"{signed(mean - value)}" for _, value in published(direction)
+            )
+            text += f"; at the seeds' mean about {mean:.2f}: {gaps}"
+        else:
+            text += "; no seed spread for it"
+        out.append(text)
+    if shift is not None:
+        out.append(
+            f"  (at the seeds' mean: the row shifted by {signed(shift[0])}, the full "
+            f"recipe's seeds' mean minus row {shift[1]})"
+        )
     return out
 
 

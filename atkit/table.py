@@ -15,8 +15,15 @@ The notebook's main path calls four functions, in this order:
   chosen on `val`: how many snapshots to average, for the cool-down run and for its
   eq. 3 branch (greedy BLEU); the length penalty alpha of beam search over each
   average; then the better of the two with beam search (`choose_weights`);
-* `score_table`: every row decoded on test_2016, as the plain record that
-  `atkit.report` turns into the table and its sentences.
+* `score_table`: every row decoded on test_2016, once, as the plain record that
+  `atkit.report` turns into the table and its sentences: each row with its gain over
+  the row it is compared with and that gain's 95 % interval (sacreBLEU's paired
+  bootstrap), and the seeds' scores beside the rows the seed spread measured.
+
+Val chooses, test reports: nothing that chooses (the snapshots and their average,
+alpha, the final system) decodes or reads test_2016 (tests/test_recipe.py holds
+them to it); test_2016 is decoded only by `score_table` and `averaging_analysis`,
+after every choice is made.
 
 atkit never imports the notebook: its functions come in as `Notebook`.
 """
@@ -30,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from atkit import config, fast, resume, schedule, seeds
+from atkit import config, fast, resume, schedule, scoring, seeds
 from atkit.resume import NonFiniteLossError
 from atkit.settings import ConfigError
 
@@ -226,33 +233,97 @@ def final_systems(trained, recipe, root, device, nb: Notebook) -> dict:
     return finals
 
 
+PAPER_ALPHA = 0.6  # §6.1: beam 4 and a length penalty of 0.6
+
+
 def table_rows(recipe, finals) -> list[tuple]:
-    """(key, label, direction, training run, weights, the row compared with)."""
+    """(key, label, direction, training run, weights, the row compared with, what
+    differs from that row). Each row differs from the row it is compared with in
+    one thing, and says in what: a direction's averaging row is its cool-down run's
+    own average (how many snapshots: val); where the final system is the eq. 3
+    branch's average, a row of its own compares it with that one; where val chose
+    another alpha than the paper's, a row decodes the same weights at the paper's.
+    Weights: "best" (the run's best snapshot, greedy), "average" (the cool-down
+    run's own average, greedy), "final" (the final system's weights, greedy),
+    "paper" (those with beam search at the paper's alpha), "beam" (the final
+    system)."""
 
-    def averaged(direction):
-        f = finals.get(direction)
-        if f is None:
-            return "+ averaging"
-        if f["branch"]:
-            return f"+ eq. 3 branch, average of {f['n_avg']}"
-        if f["n_avg"] > 1:
-            return f"+ average of {f['n_avg']} snapshots"
-        return "+ averaging (none beat best)"
+    def decoding(direction, first):
+        """The averaging, branch and beam rows of one direction."""
+        name, f = DIRECTIONS[direction], finals.get(direction)
+        run = f["run"] if f else name
+        key = "" if direction == "de-en" else f"{direction} "
+        label = "+ averaging"
+        if f:
+            n = own_n(f, name)
+            label = (
+                f"+ average of {n} snapshots" if n > 1 else f"{label} (none beat best)"
+            )
+        rows = [
+            (
+                f"{key}avg",
+                label,
+                direction,
+                name,
+                "average",
+                first,
+                "the cool-down run's average (how many: val)",
+            )
+        ]
+        greedy = f"{key}avg"
+        if f and f["branch"]:
+            rows.append(
+                (
+                    f"{key}branch",
+                    f"+ eq. 3 branch, average of {f['n_avg']}",
+                    direction,
+                    run,
+                    "final",
+                    greedy,
+                    f"eq. 3 alone, not the cool-down, over the last "
+                    f"{recipe.eq3_branch:.0%} (each averaged as val chose)",
+                )
+            )
+            greedy = f"{key}branch"
+        beam = f"+ beam {recipe.beam_size}"
+        if f and f["alpha"] != PAPER_ALPHA:
+            rows.append(
+                (
+                    f"{key}beam paper",
+                    f"{beam}, paper's alpha {PAPER_ALPHA}",
+                    direction,
+                    run,
+                    "paper",
+                    greedy,
+                    f"beam search, the paper's alpha {PAPER_ALPHA}",
+                )
+            )
+        alpha = f["alpha"] if f else "?"
+        rows.append(
+            (
+                f"{key}beam",
+                f"{beam}, alpha {alpha}",
+                direction,
+                run,
+                "beam",
+                greedy,
+                "beam search, the alpha val chose",
+            )
+        )
+        return rows
 
-    def beamed(direction):
-        a = finals[direction]["alpha"] if direction in finals else "?"
-        return f"+ beam {recipe.beam_size}, alpha {a}"
-
-    def final_run(direction):
-        f = finals.get(direction)
-        return f["run"] if f else DIRECTIONS[direction]
-
-    de_en = final_run("de-en")
     rows = [
-        ("words", "words, tie='tgt', greedy", "de-en", "part3", "best", None),
-        ("bpe", "shared BPE + tie='all'", "de-en", "part4-bpe-all", "best", "words"),
-        ("avg", averaged("de-en"), "de-en", de_en, "final", "bpe"),
-        ("beam", beamed("de-en"), "de-en", de_en, "beam", "avg"),
+        ("words", "words, tie='tgt', greedy", "de-en", "part3", "best", None, ""),
+        (
+            "bpe",
+            "shared BPE + tie='all'",
+            "de-en",
+            "part4-bpe-all",
+            "best",
+            "words",
+            "shared BPE and tie='all' (one piece: one vocabulary)",
+        ),
+        *decoding("de-en", "bpe"),
         (
             "post",
             "row 2 with post-norm",
@@ -260,6 +331,7 @@ def table_rows(recipe, finals) -> list[tuple]:
             "part4-bpe-all-post-same",
             "best",
             "bpe",
+            "post-norm instead of pre-norm",
         ),
     ]
     if recipe.post_schedule:
@@ -271,21 +343,62 @@ def table_rows(recipe, finals) -> list[tuple]:
                 "part4-bpe-all-post",
                 "best",
                 "post",
+                "post-norm's own warm-up and peak rate",
             )
         )
-    en_de, final = DIRECTIONS["en-de"], final_run("en-de")
+    en_de = DIRECTIONS["en-de"]
     rows += [
-        ("en-de", "BPE + tie='all', greedy", "en-de", en_de, "best", None),
-        ("en-de avg", averaged("en-de"), "en-de", final, "final", "en-de"),
-        ("en-de beam", beamed("en-de"), "en-de", final, "beam", "en-de avg"),
+        ("en-de", "BPE + tie='all', greedy", "en-de", en_de, "best", None, ""),
+        *decoding("en-de", "en-de"),
     ]
     return rows
 
 
-def score_table(trained, finals, recipe, noise, root, device, preset, nb) -> dict:
-    """Every row of the table scored on test_2016: the record atkit.report reads."""
-    rows, runs = [], {}
-    for no, (key, label, direction, run, weights, vs) in enumerate(
+def own_n(final: dict, run: str) -> int:
+    """How many snapshots val chose to average for the cool-down run `run`, one of
+    the candidates of a direction's final system `final`."""
+    candidates = final.get("candidates") or {}
+    if run in candidates:
+        return candidates[run]["n_avg"]
+    return 1 if final["branch"] else final["n_avg"]
+
+
+def averaged(weights, run, direction, finals) -> int | None:
+    """How many snapshots a row's weights average (None: a single snapshot)."""
+    if weights == "best":
+        return None
+    final = finals.get(direction)
+    if final is None:
+        return None
+    return own_n(final, run) if weights == "average" else final["n_avg"]
+
+
+def row_weights(weights, run, direction, trained, finals, recipe, root, device, nb):
+    """(model, search) of a row's weights (see `table_rows`)."""
+    t = trained[run]
+    if weights == "best":
+        return nb.best(root / run, t.history, device), nb.greedy
+    final = finals[direction]
+    if weights == "average" and final["branch"]:  # the cool-down run's own average
+        n = own_n(final, run)
+        return nb.average(root / run, t.history, device, n), nb.greedy
+    if weights == "paper":
+        size = recipe.beam_size
+        return final["weights"], nb.search("beam", beam_size=size, alpha=PAPER_ALPHA)
+    return final["weights"], final["search"] if weights == "beam" else nb.greedy
+
+
+def score_table(
+    trained, finals, recipe, noise, root, device, preset, nb, spread=None
+) -> dict:
+    """Every row of the table scored on test_2016: the record atkit.report reads.
+    Each row's gain over the row it is compared with gets its 95 % interval by
+    sacreBLEU's paired bootstrap over the test sentences (`interval`); `spread`
+    (table.seed_noise's summary), where given, puts the seeds' scores beside the
+    rows they measured (`seeds`)."""
+    rows, runs, outputs = [], {}, {}
+    split = "test_2016_flickr"
+    for no, (key, label, direction, run, weights, vs, differs) in enumerate(
         table_rows(recipe, finals), start=1
     ):
         t, runs[key] = trained[run], run
@@ -299,23 +412,26 @@ def score_table(trained, finals, recipe, noise, root, device, preset, nb) -> dic
             peak=schedule.reached_peak(t.cfg, nb.rate),
             vs=ref["no"] if ref else None,
             trained=vs is not None and runs[vs] != run,
+            change=differs,
+            n_avg=averaged(weights, run, direction, finals),
             diverged=t.diverged,
             bleu=None,
             ratio=None,
             unk=None,
             seconds=0.0,
+            interval=None,
         )
         if not t.diverged:
             start = time.perf_counter()
-            if weights == "best":
-                model, search = nb.best(root / run, t.history, device), nb.greedy
-            else:
-                final = finals[direction]
-                search = final["search"] if weights == "beam" else nb.greedy
-                model = final["weights"]
-            r = nb.bleu(model, t.data, "test_2016_flickr", search, t.cfg.decode_tokens)
+            args = (weights, run, direction, trained, finals, recipe, root, device)
+            model, search = row_weights(*args, nb)
+            r = nb.bleu(model, t.data, split, search, t.cfg.decode_tokens)
             row.update(bleu=r["bleu"], ratio=r["ratio"], unk=r["unk"])
             row["seconds"] = time.perf_counter() - start
+            if "hyps" in r:
+                outputs[key] = (r["hyps"], t.data.text[split][1])
+            if ref is not None and vs in outputs and key in outputs:
+                row["interval"] = interval(outputs[vs], outputs[key])
         rows.append(row)
     part3 = trained["part3"]
     choices = {
@@ -327,9 +443,40 @@ def score_table(trained, finals, recipe, noise, root, device, preset, nb) -> dic
         noise=noise,
         steps=part3.cfg.steps,
         preset=preset,
-        sentences=len(part3.data.text["test_2016_flickr"][0]),
+        sentences=len(part3.data.text[split][0]),
         choices=choices,
+        seeds=seed_scores(spread),
     )
+
+
+def interval(base, system) -> dict:
+    """The paired bootstrap of one row against its reference row: `low`, `high`,
+    `verdict`, `p`, `resamples`, `seed` (atkit.scoring.paired_bootstrap)."""
+    (base_hyps, refs), (hyps, own_refs) = base, system
+    if list(refs) != list(own_refs):
+        raise ValueError(
+            "two rows compared on test_2016 have different references: compare rows "
+            "of one direction only"
+        )
+    r = scoring.paired_bootstrap(base_hyps, hyps, refs)
+    return {k: r[k] for k in ("low", "high", "verdict", "p", "resamples", "seed")}
+
+
+# the seed spread's models and the table rows they are
+SPREAD_ROWS = {"part3": "words", "full recipe": "bpe"}
+
+
+def seed_scores(spread) -> dict | None:
+    """Row key -> the seeds' test_2016 scores (`seeds`, `values`, `mean`, `min`,
+    `max`, `range`) of the model that row is, from table.seed_noise's summary; None
+    where it does not apply (not measured, refused, or not given)."""
+    if not spread or "models" not in spread:
+        return None
+    return {
+        SPREAD_ROWS[name]: {"seeds": m["seeds"], **m["bleu_test_2016_flickr"]}
+        for name, m in spread["models"].items()
+        if name in SPREAD_ROWS
+    }
 
 
 def averaging_analysis(trained, finals, recipe, root, device, nb) -> dict | None:

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from atkit import config, report, schedule, searches, seeds
+from atkit import config, report, schedule, scoring, searches, seeds
 from atkit.settings import ConfigError
 from conftest import COPY, lazy, needs, quiet
 
@@ -73,9 +73,22 @@ def test_every_other_row_is_scored(recipe_with_a_nan):
         assert isinstance(r["bleu"], float) and r["ratio"] >= 0, r["key"]
     assert set(summary["choices"]) == {"de-en", "en-de"}
     assert summary["averaging"] is not None  # eq. 3 and the cool-down both trained
+    post = next(r["no"] for r in summary["rows"] if r["key"] == "post")
     said = report.what_the_table_says(summary)
-    assert any("row 5's run diverged" in s for s in said)
+    assert any(f"row {post}'s run diverged" in s for s in said)
     assert len(report.conclusion(summary, 1.0)) == 4
+    # every gain between two scored rows with its paired interval, printed; none
+    # against the diverged row
+    compared = [r for r in others if r["vs"] not in (None, post)]
+    assert all(r["interval"] is None for r in others if r["vs"] == post)
+    assert compared and all(
+        r["interval"]["low"] <= r["interval"]["high"] for r in compared
+    )
+    assert report.averaging_says(summary) and report.compare(summary)  # as Part 4
+    lines = report.table(summary)
+    assert sum(
+        ln.startswith(f"{r['no']:>4} ") for r in compared for ln in lines
+    ) == len(compared)
 
 
 def test_the_table_compares_rows_of_the_same_trained_run_unmarked(recipe_with_a_nan):
@@ -362,51 +375,81 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
     assert (f["alpha"], f["capped"], f["alpha_cap"]) == (0.0, True, 0.0)
     name = searches.search_name(f["search"], lib.SEARCHES)
     assert name == "beam(beam_size=2, alpha=0.0)"
-    scored = []
+    scored, outputs = [], []
 
     def spy(model, data_, split, search, decode_tokens):
         r = real(model, data_, split, search, decode_tokens)
         name = searches.search_name(search, lib.SEARCHES)
         scored.append((fingerprint(model), split, name, r["bleu"]))
+        outputs.append(r["hyps"])
         return r
 
     nb = dataclasses.replace(lib.NOTEBOOK, bleu=spy)
     summary = table.score_table(t, finals, recipe, 0.5, root, "cpu", "ci", nb)
     rows = summary["rows"]
-    assert [r["key"] for r in rows] == [
-        "words",
-        *("bpe", "avg", "beam", "post"),
-        *("en-de", "en-de avg", "en-de beam"),
-    ]
-    assert [r["no"] for r in rows] == list(range(1, 9))
-    assert [r["vs"] for r in rows] == [None, 1, 2, 3, 2, None, 6, 7]
-    # the averaged row is another trained run than row 2 when it took the branch's
+    # each row one change from the row it is compared with: the cool-down run's own
+    # average (row 3) against its best snapshot; the eq. 3 branch's average, where it
+    # is the final system, against that; the paper's alpha beside the chosen one
     branched = want == alone
-    assert [r["trained"] for r in rows] == [False, True, branched, False, True] + [
-        False
-    ] * 3
-    post = rows[4]
+    keys = ["words", "bpe", "avg", *["branch"] * branched, "beam paper", "beam"]
+    assert [r["key"] for r in rows] == [
+        *keys,
+        *("post", "en-de", "en-de avg", "en-de beam"),
+    ]
+    assert [r["no"] for r in rows] == list(range(1, len(keys) + 5))
+    greedy = 3 + branched  # the final system's weights, greedy
+    vs = [None, 1, 2, *[3] * branched, greedy, greedy, 2, None, len(keys) + 2]
+    assert [r["vs"] for r in rows] == vs + [len(keys) + 3]
+    trained = [False, True, False, *[True] * branched, False, False, True]
+    assert [r["trained"] for r in rows] == trained + [False] * 3
+    assert [r["n_avg"] for r in rows[: len(keys)]] == [
+        None,
+        None,
+        n_of[full],
+        *[n_of[alone]] * branched,
+        f["n_avg"],
+        f["n_avg"],
+    ]
+    assert all(r["change"] for r in rows if r["vs"] is not None)
+    assert rows[len(keys) - 2]["label"] == "+ beam 2, paper's alpha 0.6"
+    post = rows[len(keys)]
     assert post["diverged"] == t["part4-bpe-all-post-same"].diverged
-    assert post["bleu"] is None
+    assert post["bleu"] is None and post["interval"] is None
     assert post["peak"] == schedule.reached_peak(
         t["part4-bpe-all-post-same"].cfg, lib.rate
     )
     en_de = "part4-bpe-all-en-de"
-    for row in rows[5:]:
+    for row in rows[len(keys) + 1 :]:
         assert row["diverged"] == t[en_de].diverged and row["bleu"] is None
-    assert [r["label"] for r in rows[6:]] == ["+ averaging", "+ beam 2, alpha ?"]
+    assert [r["label"] for r in rows[-2:]] == ["+ averaging", "+ beam 2, alpha ?"]
 
     def best(name):
         return fingerprint(lib.best_model(root / name, t[name].history, "cpu"))
 
     beam = "beam(beam_size=2, alpha=0.0)"
+    final = fingerprint(f["weights"])
     expected = [  # (weights, search) of each row scored, in order
         (best("part3"), "greedy"),
         (best("part4-bpe-all"), "greedy"),
-        (fingerprint(f["weights"]), "greedy"),
-        (fingerprint(f["weights"]), beam),
+        (avg(full, n_of[full]), "greedy"),
+        *[(final, "greedy")] * branched,
+        (final, "beam(beam_size=2, alpha=0.6)"),
+        (final, beam),
     ]
     assert [(w, s) for w, _, s, _ in scored] == expected
+    # each scored row's gain with its interval: its outputs against its reference
+    # row's, by sacreBLEU's paired bootstrap
+    refs = data.text["test_2016_flickr"][1]
+    for i, r in enumerate(rows[: len(keys)]):
+        if r["vs"] is None:
+            assert r["interval"] is None
+            continue
+        want_interval = scoring.paired_bootstrap(outputs[r["vs"] - 1], outputs[i], refs)
+        assert r["interval"] == {
+            k: want_interval[k]
+            for k in ("low", "high", "verdict", "p", "resamples", "seed")
+        }, r["key"]
+    assert summary["seeds"] is None  # no spread given
     assert {split for _, split, _, _ in scored} == {"test_2016_flickr"}
     assert [r["bleu"] for r in rows if not r["diverged"]] == [b for *_, b in scored]
     assert summary["choices"]["de-en"].keys() == {
@@ -421,6 +464,20 @@ def test_the_table_of_copy_runs_scores_each_row_on_its_own_weights(
         "alpha_cap",
     }
     assert (summary["steps"], summary["sentences"], summary["noise"]) == (4, 6, 0.5)
+
+    # the other final system: row 3 still averages the cool-down run's own
+    # snapshots, row 4 decodes the final (here: the other run's) weights
+    other = alone if want == full else full
+    weights = lib.averaged_model(root / other, t[other].history, "cpu", n_of[other])
+    swapped = {**f, "run": other, "branch": other == alone, "weights": weights}
+    scored.clear()
+    again = table.score_table(t, {"de-en": swapped}, recipe, 0.5, root, "cpu", "ci", nb)
+    greedy = [w for w, _, s, _ in scored if s == "greedy"]
+    assert greedy[2] == avg(full, n_of[full])
+    assert len(greedy) == 3 + (other == alone)
+    if other == alone:
+        assert [r["key"] for r in again["rows"]][2:4] == ["avg", "branch"]
+        assert greedy[3] == fingerprint(weights) == avg(alone, n_of[alone])
 
     # eq. 3 alone against the cool-down, every model scored by its weights. The
     # cool-down's run averages 2 snapshots, as if its sweep had chosen so (made up).
@@ -502,18 +559,41 @@ def test_table_rows_name_the_final_systems_choices(lib):
     rows = table.table_rows(recipe, {"de-en": final})
     labels = {key: label for key, label, *_ in rows}
     assert labels["avg"] == "+ average of 3 snapshots"
+    assert labels["beam paper"] == "+ beam 5, paper's alpha 0.6"
     assert labels["beam"] == "+ beam 5, alpha 1.5"
     assert labels["en-de avg"] == "+ averaging"  # no final system
     assert labels["en-de beam"] == "+ beam 5, alpha ?"
-    assert [r[0] for r in rows][5] == "post own"
-    post_own = rows[5]
-    assert post_own[3:] == ("part4-bpe-all-post", "best", "post")
+    assert "en-de beam paper" not in labels
+    assert [r[0] for r in rows][6] == "post own"
+    assert rows[6][3:6] == ("part4-bpe-all-post", "best", "post")
+    assert all(r[6] for r in rows if r[5] is not None), "each says what differs"
     single = table.table_rows(recipe, {"de-en": {**final, "n_avg": 1}})
     assert single[2][1] == "+ averaging (none beat best)"
-    branch = {**final, "run": "part4-bpe-all-eq3", "branch": True, "n_avg": 3}
-    rows = table.table_rows(recipe, {"de-en": branch})
-    assert rows[2][1:4] == ("+ eq. 3 branch, average of 3", "de-en", branch["run"])
-    assert rows[3][3] == branch["run"], "beam search decodes the same weights"
+    paper = table.table_rows(recipe, {"de-en": {**final, "alpha": 0.6}})
+    assert [r[0] for r in paper][2:4] == ["avg", "beam"], "0.6 chosen: one row"
+    # the eq. 3 branch chosen: the cool-down run's own average (2 snapshots, as val
+    # chose for it) against its best snapshot, then the branch's against that
+    cands = {"part4-bpe-all": {"n_avg": 2}, "part4-bpe-all-eq3": {"n_avg": 3}}
+    branch = {**final, "run": "part4-bpe-all-eq3", "branch": True}
+    rows = table.table_rows(recipe, {"de-en": {**branch, "candidates": cands}})
+    keyed = {r[0]: r for r in rows}
+    assert keyed["avg"][1:6] == (
+        "+ average of 2 snapshots",
+        "de-en",
+        "part4-bpe-all",
+        "average",
+        "bpe",
+    )
+    assert keyed["branch"][1:6] == (
+        "+ eq. 3 branch, average of 3",
+        "de-en",
+        "part4-bpe-all-eq3",
+        "final",
+        "avg",
+    )
+    assert "not the cool-down, over the last 30%" in keyed["branch"][6]
+    assert keyed["beam"][3:6] == ("part4-bpe-all-eq3", "beam", "branch")
+    assert keyed["beam paper"][3:6] == ("part4-bpe-all-eq3", "paper", "branch")
 
 
 def test_seed_noise_reads_the_committed_spread_of_these_settings(
@@ -553,3 +633,104 @@ def test_seed_noise_reads_the_committed_spread_of_these_settings(
     seeds.spread_path("ci").write_text(json.dumps(elsewhere))
     spread, noise = table.seed_noise("ci", cfgs, "cpu", lib.NOTEBOOK)
     assert noise is None and f"this run computes in {precision}" in spread["why_not"]
+
+
+# ------------------------------------------------------ val chooses, test reports
+
+
+def val_only(data):
+    """`data` without its test split: what a function that chooses may be given."""
+    if isinstance(data, types.SimpleNamespace):
+        return types.SimpleNamespace(
+            sources={"val": data.sources["val"]}, text={"val": data.text["val"]}
+        )
+    return dataclasses.replace(
+        data, sources={"val": data.sources["val"]}, text={"val": data.text["val"]}
+    )
+
+
+def test_the_functions_that_choose_never_read_a_test_split(tmp_path):
+    """final_systems (with choose_n_avg, choose_alpha and choose_weights inside it)
+    chooses the snapshots to average, alpha and the final system of both directions
+    from data that has no test split; every split it decodes is val."""
+    decoded = []
+
+    def bleu(model, data, split, search, decode_tokens):
+        decoded.append(split)
+        sources, refs = data.sources[split], data.text[split][1]  # as the real one
+        _, run, n = model
+        alpha = search[1] if search != "greedy" else 0.0
+        score = 30 + n / 10 + ("eq3" in run) - (alpha - 1.5) ** 2
+        return {"bleu": score, "ratio": len(sources) / len(refs)}
+
+    nb = table.Notebook(
+        train=None,
+        average=lambda folder, history, device, n: ("average", folder.name, n),
+        best=None,
+        bleu=bleu,
+        greedy="greedy",
+        search=lambda name, beam_size, alpha: (name, alpha),
+        rate=None,
+    )
+    pairs = (["ein Hund ."], ["a dog ."])
+    data = types.SimpleNamespace(
+        sources={"val": pairs[0], "test_2016_flickr": pairs[0]},
+        text={"val": pairs, "test_2016_flickr": pairs},
+    )
+    with pytest.raises(KeyError):  # the guard: a test split is not there to read
+        bleu(("average", "run", 1), val_only(data), "test_2016_flickr", "greedy", 9)
+    decoded.clear()
+    history = {"steps": [2, 4, 6], "best_step": 6}
+    cfg = types.SimpleNamespace(decode_tokens=9)
+    trained = {
+        run: table.Trained(cfg, val_only(data), history)
+        for name in table.DIRECTIONS.values()
+        for run in (name, table.eq3(name))
+    }
+    recipe = config.RecipeConfig(n_avg=3, alphas=(0.0, 0.6), alpha_step=0.9)
+    finals = table.final_systems(trained, recipe, tmp_path, "cpu", nb)
+    assert set(finals) == {"de-en", "en-de"}
+    for f in finals.values():
+        assert (f["branch"], f["n_avg"], f["alpha"]) == (True, 3, 1.5)
+    assert decoded and set(decoded) == {"val"}
+
+
+def test_the_notebooks_training_and_choices_need_no_test_split(lib, copy_table):
+    """The notebook's own functions: a run trains and keeps its best snapshot, and
+    final_systems chooses, on copy-task data from which the test split is gone."""
+    t, root = copy_table.trained, copy_table.root
+    decoded = []
+    real = lib.bleu
+
+    def spy(model, data, split, search, decode_tokens):
+        decoded.append(split)
+        return real(model, data, split, search, decode_tokens)
+
+    nb = dataclasses.replace(lib.NOTEBOOK, bleu=spy)
+    recipe = config.RecipeConfig(**FAST_RECIPE, post_schedule=False)
+    guarded = {
+        name: dataclasses.replace(run, data=val_only(run.data))
+        for name, run in t.items()
+    }
+    finals = table.final_systems(guarded, recipe, root, "cpu", nb)
+    assert set(finals) == {"de-en"} and set(decoded) == {"val"}
+    cfg = copy_table.cfg.updated(seed=3)
+    run = table.train_or_report(
+        cfg, val_only(copy_table.data), root / "no-test", "cpu", nb, quiet
+    )
+    assert run.diverged is None and run.history["best_step"] in run.history["steps"]
+
+
+def test_the_seeds_are_put_beside_the_rows_of_the_models_they_measured():
+    scores = {"values": [38.39, 37.88], "mean": 38.14, "min": 37.88, "max": 38.39}
+    spread = {
+        "models": {
+            "part3": {"seeds": [0, 1], "bleu_test_2016_flickr": scores},
+            "full recipe": {"seeds": [0, 1], "bleu_test_2016_flickr": scores},
+        }
+    }
+    seeds = table.seed_scores(spread)
+    assert set(seeds) == {"words", "bpe"}
+    assert seeds["words"] == {"seeds": [0, 1], **scores}
+    assert table.seed_scores({"why_not": "measured in bf16"}) is None
+    assert table.seed_scores(None) is None

@@ -222,9 +222,9 @@ def test_the_comparison_lists_the_published_figures_and_every_row(summary):
     lines = report.compare(summary)
     assert lines[0] == "the paper (Table 2, WMT 2014 newstest2014):"
     assert f"  {'OPUS-MT tc-big gmw-gmw, DE-EN':<34}  39.9" in lines
-    rows = lines[-len(summary["rows"]) :]
+    rows = lines[10 : 10 + len(summary["rows"])]
     assert rows[0] == f"  {'words, tie=' + repr('tgt') + ', greedy':<34} 36.82  (de-en)"
-    assert len(lines) == 1 + 4 + 1 + 3 + 1 + len(summary["rows"])
+    assert len(lines) == 1 + 4 + 1 + 3 + 1 + len(summary["rows"]) + 3
 
 
 def test_bench_sentence():
@@ -291,3 +291,240 @@ def test_an_unknown_word_is_scored_as_one_wrong_token():
     assert r["ratio"] == 1.0 and r["unk"] == 2 and r["hyps"] == hyps
     assert r["score"].counts[0] == 9  # the unknown words match nothing
     assert "tok:13a" in r["signature"] and r["bleu"] == round(r["score"].score, 2)
+
+
+# ------------------------------------------------- a gain and its paired interval
+
+
+def systems(n=300, seed=0):
+    """References and systems' outputs for them: `worse` loses about a fifth of its
+    words, `better` about a tenth, `unk` writes <unk> where `better` does, and
+    `alike` loses as many as `worse`, other ones."""
+    import random
+
+    rng = random.Random(seed)
+    words = "a dog man woman runs sits on in the grass street red two play .".split()
+    refs = [" ".join(rng.choices(words, k=rng.randint(6, 14))) for _ in range(n)]
+
+    def damaged(share):
+        return [
+            " ".join(
+                w if rng.random() > share else rng.choice(words) for w in r.split()
+            )
+            for r in refs
+        ]
+
+    worse, better, alike = damaged(0.2), damaged(0.1), damaged(0.2)
+    unk = [h.replace("grass", "<unk>") for h in better]
+    return refs, worse, better, unk, alike
+
+
+def resampled_gains(base, hyps, refs, resamples=1000, seed=12345):
+    """The paired bootstrap written out from sacreBLEU's pieces: the gain on each
+    resample of the sentences, the resamples drawn as sacreBLEU draws them."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    from atkit.scoring import scored_text
+
+    metric = BLEU()
+    a, b = (
+        np.array(metric._extract_corpus_statistics(scored_text(h), [refs]))
+        for h in (base, hyps)
+    )
+    idx = np.random.default_rng(seed).choice(
+        len(refs), size=(resamples, len(refs)), replace=True
+    )
+    score = metric._compute_score_from_stats
+    return np.sort([score(b[i].sum(0)).score - score(a[i].sum(0)).score for i in idx])
+
+
+def test_the_interval_is_sacrebleus_paired_bootstrap(monkeypatch):
+    """The gain is the difference of the two BLEU scores corpus_bleu prints (<unk>
+    one token); the p-value and the system's own interval are those of sacreBLEU's
+    PairedTest; the bounds are the 26th and 975th of the 1,000 resampled gains;
+    SACREBLEU_SEED in the environment changes nothing (the seed is fixed)."""
+    import sacrebleu
+    from sacrebleu.significance import PairedTest
+
+    from atkit import scoring
+
+    refs, worse, _, unk, _ = systems()
+    monkeypatch.setenv("SACREBLEU_SEED", "none")
+    r = scoring.paired_bootstrap(worse, unk, refs)
+    ours = [scoring.corpus_bleu(h, refs)["score"].score for h in (worse, unk)]
+    plain = sacrebleu.corpus_bleu(unk, [refs]).score  # <unk> as three tokens
+    assert r["gain"] == pytest.approx(ours[1] - ours[0], abs=1e-9)
+    assert abs(r["bleu"] - plain) > 0.01, "the systems are scored as corpus_bleu does"
+    monkeypatch.setenv("SACREBLEU_SEED", "12345")
+    test = PairedTest(
+        [("a", scoring.scored_text(worse)), ("b", scoring.scored_text(unk))],
+        {"BLEU": sacrebleu.metrics.BLEU()},
+        references=[refs],
+        test_type="bs",
+        n_samples=1000,
+    )
+    _, results = test()
+    assert r["p"] == results["BLEU"][1].p_value
+    gains = resampled_gains(worse, unk, refs)
+    assert (r["low"], r["high"]) == pytest.approx((gains[25], gains[974]), abs=1e-4)
+    assert r["low"] < r["gain"] < r["high"]
+    assert (r["resamples"], r["seed"]) == (1000, 12345)
+    assert "bs:1000" in r["signature"] and "seed:12345" in r["signature"]
+    assert scoring.paired_bootstrap(worse, unk, refs) == r, "the same every time"
+
+
+def test_the_interval_turns_with_the_comparison_and_decides_the_verdict():
+    """Swapping the systems mirrors the interval; a clear gain is a gain, a clear
+    loss a loss, the same outputs a zero interval within noise, and two systems of
+    the same quality an interval around 0, within noise."""
+    from atkit import scoring
+
+    refs, worse, better, _, alike = systems()
+    up = scoring.paired_bootstrap(worse, better, refs)
+    down = scoring.paired_bootstrap(better, worse, refs)
+    assert up["verdict"] == "gain" and up["low"] > 0
+    assert down["verdict"] == "loss" and down["high"] < 0
+    assert down["gain"] == pytest.approx(-up["gain"])
+    assert (down["low"], down["high"]) == pytest.approx((-up["high"], -up["low"]))
+    same = scoring.paired_bootstrap(worse, list(worse), refs)
+    assert (same["gain"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
+    assert same["verdict"] == "within noise"
+    level = scoring.paired_bootstrap(worse, alike, refs)  # as damaged: noise
+    assert level["low"] < 0 < level["high"] and level["verdict"] == "within noise"
+    assert level["gain"] != 0
+    with pytest.raises(ValueError, match="one per reference"):
+        scoring.paired_bootstrap(worse, better[:-1], refs)
+
+
+@pytest.mark.parametrize(
+    "low, high, said",
+    [
+        (-0.21, 1.12, "within noise"),
+        (0.0, 0.0, "within noise"),
+        (0.004, 0.9, "within noise"),  # printed [0.00, +0.90]: it covers 0
+        (0.006, 0.9, "gain"),  # printed [+0.01, +0.90]
+        (-0.9, -0.006, "loss"),
+        (-0.9, -0.004, "within noise"),
+        (-2.0, -1.0, "loss"),
+    ],
+)
+def test_the_verdict_follows_the_interval_as_printed(low, high, said):
+    from atkit.scoring import verdict
+
+    assert verdict(low, high) == said
+
+
+def with_intervals(summary):
+    """The fixture's record with what a new run adds: intervals, the rows'
+    changes, the seeds' scores of rows 1 and 2."""
+    bounds = {
+        2: (-0.21, 1.12),
+        3: (-0.12, 0.31),
+        4: (0.61, 1.62),
+        5: (-1.9, -0.44),
+        7: (-0.4, 0.5),
+        8: (0.6, 1.7),
+    }
+    for r in summary["rows"]:
+        r["change"] = f"change {r['no']}"
+        if r["no"] in bounds:
+            low, high = bounds[r["no"]]
+            r["interval"] = dict(
+                low=low, high=high, verdict="ignored", p=0.01, resamples=1000, seed=7
+            )
+    spread = dict(seeds=[0, 1, 2], min=36.1, max=36.82, range=0.72)
+    summary["seeds"] = {
+        "words": {**spread, "values": [36.82, 36.1, 36.2], "mean": 36.37},
+        "bpe": {**spread, "values": [37.78, 37.0, 37.1], "mean": 37.29},
+    }
+    return summary
+
+
+def test_each_compared_row_prints_its_interval_and_the_verdict_it_gives(summary):
+    """Below the table: per compared row the gain of the table, its 95% interval
+    and the verdict read from the interval's bounds (not from a stored word), and
+    what differs; the rows the seed spread measured beside their seeds. The main
+    table's lines stay as they were, so a reader of older outputs reads both."""
+    from test_claims import parse_table
+
+    old = report.table(summary)
+    lines = report.table(with_intervals(summary))
+    assert lines[: len(old)] == old
+    assert parse_table("\n".join(lines)) == parse_table("\n".join(old))
+    rest = lines[len(old) :]
+    assert rest[0].startswith("each gain's 95% interval: sacreBLEU's paired")
+    assert "(1000 resamples, seed 7); within noise: the interval covers 0" in rest[1]
+    by_row = {int(ln.split()[0]): ln.split() for ln in rest[3:9]}
+    assert by_row[2][:6] == ["2", "1", "+0.96", "[-0.21,", "+1.12]", "within"]
+    assert by_row[4][3:6] == ["[+0.61,", "+1.62]", "gain"]
+    assert by_row[5][3:6] == ["[-1.90,", "-0.44]", "loss"]
+    assert " ".join(by_row[8][-2:]) == "change 8"
+    assert set(by_row) == {2, 3, 4, 5, 7, 8}, "rows without a reference have none"
+    assert rest[9].startswith("this run beside its seeds")
+    assert rest[10] == (
+        "  row 1: 36.82 here; over seeds [0, 1, 2] mean 36.37, min 36.10, max 36.82"
+    )
+    assert rest[11].startswith("  row 2: 37.78 here; over seeds [0, 1, 2] mean 37.29")
+    assert len(rest) == 12
+
+
+def test_the_final_systems_are_compared_with_the_published_at_the_seeds_mean(summary):
+    """de-en's final row against OPUS-MT as scored and shifted by the full recipe's
+    seeds' mean minus this run's row 2; en-de, whose seeds were not measured, as
+    scored only (OPUS-MT and Wu et al.)."""
+    plain = report.compare(summary)
+    assert plain[-3:] == [
+        "this run's final systems against them:",
+        "  de-en row 4, 39.00: OPUS-MT 39.9 -0.90; no seed spread for it",
+        "  en-de row 8, 35.97: Wu et al. 41.02 -5.05, OPUS-MT 35.4 +0.57; no seed "
+        "spread for it",
+    ]
+    summary["rows"][3]["bleu"] = 40.29
+    summary["rows"][1]["bleu"] = 38.85
+    summary["seeds"] = {"bpe": {"mean": 38.56, "seeds": [0, 1, 2]}}
+    lines = report.compare(summary)
+    assert lines[-3] == (
+        "  de-en row 4, 40.29: OPUS-MT 39.9 +0.39; at the seeds' mean about 40.00: "
+        "+0.10"
+    )
+    assert lines[-1] == (
+        "  (at the seeds' mean: the row shifted by -0.29, the full recipe's seeds' "
+        "mean minus row 2)"
+    )
+    summary["rows"][3]["diverged"] = "loss not finite at step 3"
+    assert "  de-en: no final system (its run diverged)" in report.compare(summary)
+
+
+def test_the_sentences_read_the_rows_of_one_change_each(summary):
+    """A run whose final system is the eq. 3 branch: row 3 is the cool-down run's
+    own average (against its best snapshot), row 4 the branch's (against row 3),
+    row 5 the paper's alpha beside row 6's; the sentences quote those pairs, and the
+    Conclusion's averaging after a cool-down is row 3 against row 2."""
+    rows = [
+        row(1, "words", "words, tie='tgt', greedy", "de-en", 38.39, 1.007),
+        row(2, "bpe", "shared BPE + tie='all'", "de-en", 38.85, 0.984, 1, True),
+        row(3, "avg", "+ average of 6 snapshots", "de-en", 38.35, 0.99, 2),
+        row(4, "branch", "+ eq. 3 branch, average of 6", "de-en", 38.70, 0.989, 3, 1),
+        row(5, "beam paper", "+ beam 4, paper's alpha 0.6", "de-en", 39.9, 0.96, 4),
+        row(6, "beam", "+ beam 4, alpha 1.5", "de-en", 40.29, 0.98, 4),
+        row(7, "post", "row 2 with post-norm", "de-en", 38.11, 0.953, 2, True),
+        row(8, "en-de", "BPE + tie='all', greedy", "en-de", 35.95, 1.005),
+        row(9, "en-de avg", "+ averaging (none beat best)", "en-de", 35.95, 1.0, 8),
+        row(10, "en-de branch", "+ eq. 3 branch, average of 6", "en-de", 35.62, 1, 9),
+        row(11, "en-de beam", "+ beam 4, alpha 2.5", "en-de", 37.04, 0.999, 10),
+    ]
+    for r, n in zip(rows, [None, None, 6, 6, 6, 6, None, None, 1, 6, 6], strict=True):
+        r["n_avg"] = n
+    summary["rows"] = rows
+    said = " ".join(report.what_the_table_says(summary))
+    assert "Averaging the last 6 snapshots, greedy (row 3 vs 2)" in said
+    assert "The eq. 3 branch's average instead of the cool-down run's" in said
+    assert "(row 4 vs 3): BLEU 38.35 -> 38.70" in said
+    assert "paper's alpha on the same weights (row 5 vs 4)" in said
+    assert "the eq. 3 branch's average instead (row 10 vs 9)" in said
+    ending = " ".join(report.conclusion(summary, 38.39))
+    assert "after a cool-down by -0.50 (de-en) and 0.00 (en-de)" in ending
+    assert "best German→English row of Part 4 is row 6 (40.29)" in ending
+    assert "over 0.96 (the larger of two models' ranges): a range" in ending
+    assert "up to" not in ending
