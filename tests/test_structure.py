@@ -390,7 +390,7 @@ def test_tier_coverage_names_the_functions_a_tier_never_enters(
     lines |= {min(found["main"])}  # count and what it calls, and main's first line
     ran = []
 
-    def run(cmd, cwd, env, check):
+    def run(cmd, cwd, env, check, **popen):
         ran.append((cmd, env))
         data = coverage.CoverageData(basename=env["COVERAGE_FILE"])
         data.add_lines({str(counted): sorted(lines)})

@@ -42,13 +42,14 @@ import json
 import os
 import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from atkit import config, files, runtime
+from atkit import config, files, processes, runtime
 from atkit.prose import say
 from tools import errors
 from tools import train as cli
@@ -342,7 +343,13 @@ def memory_child(lib, setup, batches):
 
 def cpu_peak_mib(argv, path) -> float:
     cmd = [sys.executable, "-m", "tools.bench", *argv, "--memory-child", path]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=processes.end_with_parent(signal.SIGKILL),
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
         raise RuntimeError(

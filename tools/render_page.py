@@ -83,7 +83,7 @@ from pygments.formatters import HtmlFormatter
 from traitlets.config import Config
 
 try:
-    from atkit import attention_view, figures
+    from atkit import attention_view, figures, processes
     from atkit.files import write_text_atomic
     from tools import errors
 except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is not
@@ -92,7 +92,7 @@ except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is 
     _path = [str(Path(__file__).resolve().parents[1]), os.getenv("PYTHONPATH", "")]
     _env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, _path))}
     _cmd = [sys.executable, "-m", "tools.render_page", *sys.argv[1:]]
-    sys.exit(subprocess.call(_cmd, env=_env))
+    os.execve(sys.executable, _cmd, _env)  # this process becomes it: no child
 
 PROG = "python -m tools.render_page"
 
@@ -681,7 +681,12 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     ]
     print(f"installing KaTeX {KATEX_VERSION}: {' '.join(cmd)}", file=sys.stderr)
     proc = subprocess.run(
-        cmd, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True
+        cmd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        preexec_fn=processes.end_with_parent(),
     )
     if proc.returncode != 0 or not pkg.is_file():
         raise PageError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()}")
@@ -705,6 +710,7 @@ def typeset(math: list[Math], katex_dir: Path) -> list[str]:
         input=json.dumps(request),
         capture_output=True,
         text=True,
+        preexec_fn=processes.end_with_parent(),
     )
     if proc.returncode != 0:
         raise PageError(f"KaTeX (node) failed:\n{proc.stderr.strip()}")

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from atkit import processes
 from tools.errors import UsageError, run_main
 
 PROG = "python -m tools.startup"
@@ -59,6 +61,7 @@ def probe(name: str) -> dict:
         capture_output=True,
         text=True,
         check=False,
+        preexec_fn=processes.end_with_parent(signal.SIGKILL),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: {proc.stderr.strip()[-500:]}")
