@@ -184,14 +184,9 @@ def check_outputs(
                 f"{option} {path} is {kind}; give another file name (or fix the link)"
             )
         target = write_target(path)
-        if target.suffix == ".ipynb" and suffix != ".ipynb":
-            instead = "another file name"
-            if suffix:
-                instead = f"a {suffix} file such as {target.with_suffix(suffix).name}"
-            raise PathError(
-                f"{option} {path} is a notebook (.ipynb), and {writes} would replace "
-                f"it, cells and outputs; give {option} {instead}"
-            )
+        instead = "another file name"
+        if suffix and target.suffix != suffix:
+            instead = f"a {suffix} file such as {target.with_suffix(suffix).name}"
         written = [(o, p) for (o, _), p in zip(outputs, targets, strict=False)]
         for other, given in [*inputs, *written]:
             given = Path(given)
@@ -206,7 +201,12 @@ def check_outputs(
             raise PathError(
                 f"{option} {path} is the same file as {other} {given}{how}, "
                 f"{role} of this program: writing {writes} there would destroy it; "
-                f"give {option} another file"
+                f"give {option} {instead}"
+            )
+        if target.suffix == ".ipynb" and suffix != ".ipynb":
+            raise PathError(
+                f"{option} {path} is a notebook (.ipynb), and {writes} would replace "
+                f"it, cells and outputs; give {option} {instead}"
             )
         targets.append(target)
     return targets
