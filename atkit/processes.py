@@ -25,7 +25,7 @@ within a second of its parent's end (JPY_PARENT_PID, set by jupyter_client).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import signal
 import sys
@@ -34,14 +34,16 @@ from collections.abc import Callable
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+@functools.cache
 def _prctl():
-    """libc's prctl, looked up once in the parent (a preexec_fn should do as little
-    as it can between fork and exec); None where there is none (not Linux)."""
+    """libc's prctl, looked up once, in the parent (a preexec_fn should do as little
+    as it can between fork and exec); None where there is none (not Linux). The
+    running interpreter's own symbols hold it: no search for libc (which would start
+    a process of its own)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        prctl = libc.prctl
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
