@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, clean_env
 
 MARK = "AT_CHILD_TEST_MARK"
@@ -200,8 +201,7 @@ def subprocess_calls(path: Path):
             and isinstance(node.func, ast.Attribute)
             and isinstance(node.func.value, ast.Name)
             and node.func.value.id == "subprocess"
-            and node.func.attr
-            in ("run", "Popen", "call", "check_call", "check_output")
+            and node.func.attr in ("run", "Popen", "call", "check_call", "check_output")
         ):
             yield node.lineno, {k.arg for k in node.keywords}
 

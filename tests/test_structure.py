@@ -13,7 +13,7 @@ import jupytext
 import pytest
 
 import nbexport
-from tools import errors, word_count
+from tools import word_count
 
 ROOT = Path(__file__).resolve().parents[1]
 MD = ROOT / "annotated_transformer.md"
