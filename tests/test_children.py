@@ -158,11 +158,13 @@ def test_torchrun_and_its_workers_end_with_their_caller(tmp_path, how):
 
 
 @pytest.mark.process
-def test_a_jupyter_kernel_ends_with_thread_probe():
-    """tools.thread_probe's kernel (a session of its own) ends within a second or
-    two of the probe's SIGKILL: ipykernel watches its parent (JPY_PARENT_PID)."""
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_jupyter_kernel_ends_with_thread_probe(how):
+    """tools.thread_probe's kernel (a session of its own) is shut down on SIGTERM
+    (run_main's exception reaches the probe's `finally`), and ends within a second
+    or two of the probe's SIGKILL: ipykernel watches its parent (JPY_PARENT_PID)."""
     argv = [sys.executable, "-m", "tools.thread_probe"]
-    ends_with_its_children(argv, "SIGKILL", children=1, settle_s=1.0)
+    ends_with_its_children(argv, how, children=1, settle_s=1.0)
 
 
 @pytest.mark.process
