@@ -17,12 +17,18 @@ endif
 # costs its share and no more (Setup in the notebook explains; pytest imports torch
 # before the notebook's own cell could set it).
 export OMP_WAIT_POLICY ?= PASSIVE
+# PRESET reaches the programs through the environment only ($AT_PRESET, quoted where a
+# recipe names it: --preset "$$AT_PRESET"), read with $(value ...) so that neither make
+# nor the shell runs what it holds (a quote or a $(...) in it is a bad name, never a
+# command); check-preset refuses a name that is not a preset's before any work.
 PRESET ?=
-ifneq ($(PRESET),)
-export AT_PRESET := $(PRESET)
+unexport PRESET
+ifneq ($(value PRESET),)
+export AT_PRESET := $(value PRESET)
+PRESET_ARG := --preset "$$AT_PRESET"
 endif
 
-.PHONY: help setup run execute exercises readme page figures test test-fast test-js js-golden pytest lint format sync export train seeds bench precision freeze clean
+.PHONY: help setup check-preset run execute exercises readme page figures test test-fast test-js js-golden pytest lint format sync export train seeds bench precision freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
@@ -47,6 +53,12 @@ help:
 
 setup: $(STAMP)
 
+# $AT_PRESET (PRESET=..., or the environment's) against atkit/config.py's names.
+check-preset: setup
+	@$(PY) -c 'import os, sys; from atkit.config import preset_names as names; \
+		p = os.environ.get("AT_PRESET"); p is None or p in names() or sys.exit( \
+		f"make: PRESET (AT_PRESET) {p!r} is not a preset; use one of {list(names())}")'
+
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
@@ -63,7 +75,7 @@ export: setup
 EXECUTE = AT_PROGRESS=0 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 	--ExecutePreprocessor.timeout=-1 --ExecutePreprocessor.kernel_name=python3
 
-execute: sync export
+execute: check-preset sync export
 	$(EXECUTE) $(NB).ipynb
 	$(EXECUTE) $(EX).ipynb
 
@@ -139,24 +151,24 @@ test-fast: setup export
 		--durations=5 $(PYTEST_ARGS)
 	node --test --test-reporter=dot tests/js/
 
-train: export
-	$(PY) -m tools.train $(if $(PRESET),--preset $(PRESET),) $(TRAIN_ARGS)
+train: check-preset export
+	$(PY) -m tools.train $(PRESET_ARG) $(TRAIN_ARGS)
 
 # How far the seed alone moves the scores: Part 4's table reads the summary.
-seeds: export
-	$(PY) -m tools.seed_spread $(if $(PRESET),--preset $(PRESET),) $(SEEDS_ARGS)
+seeds: check-preset export
+	$(PY) -m tools.seed_spread $(PRESET_ARG) $(SEEDS_ARGS)
 
 # Didactic vs fast training step, same model and batches; prints tokens/s, FLOP/s,
 # memory, MFU on a GPU, and the target (set for the gpu preset's own model on one H100).
 # The preset's model; PRESET=gpu for the gpu preset's (N=6, d_model=512, vocab 8000);
 # Table 3's base sizes: make bench PRESET=gpu BENCH_ARGS="--size base"
-bench: export
-	$(PY) -m tools.bench $(if $(PRESET),--preset $(PRESET),) $(BENCH_ARGS)
+bench: check-preset export
+	$(PY) -m tools.bench $(PRESET_ARG) $(BENCH_ARGS)
 
 # Does low precision cost quality? Part 3's model in the precision "auto" picks here
 # (bf16, or fp16 on an older GPU) and in fp32; nothing to compare where "auto" is fp32.
-precision: export
-	$(PY) -m tools.precision_check $(if $(PRESET),--preset $(PRESET),) $(PRECISION_ARGS)
+precision: check-preset export
+	$(PY) -m tools.precision_check $(PRESET_ARG) $(PRECISION_ARGS)
 
 freeze: setup
 	$(PY) -m pip freeze | sed 's/+cpu$$//' > /tmp/at-freeze.txt && echo "see /tmp/at-freeze.txt"

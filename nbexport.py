@@ -161,7 +161,9 @@ def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
     """Write the module if it is missing or stale; returns its path. Several
     processes may do this at once: each writes the same text through a rename. A
     module whose first line names the notebook's current digest is current: the
-    notebook is not parsed again (a worker process starts faster)."""
+    notebook is not parsed again (a worker process starts faster). The module is
+    never written over the notebook (atkit.files.check_outputs); a symbolic link
+    stays one (the file it points to is rewritten)."""
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     if out.exists():
         with open(out, encoding="utf-8") as f:
@@ -169,8 +171,11 @@ def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
                 return out
     source = module_source(path)
     if not out.exists() or out.read_text(encoding="utf-8") != source:
-        from atkit.files import write_text_atomic
+        from atkit.files import check_outputs, write_text_atomic
 
+        check_outputs(
+            [("the module", out)], [("the notebook", path)], writes="the module"
+        )
         write_text_atomic(out, source, fsync=False)
     return out
 
@@ -249,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             source = module_source(NOTEBOOK)
             if not EXPORT.exists() or EXPORT.read_text(encoding="utf-8") != source:
-                print(f"{EXPORT} is stale: run `python nbexport.py`", file=sys.stderr)
+                state = "is stale" if EXPORT.exists() else "is missing"
+                print(f"{EXPORT} {state}: run `python nbexport.py`", file=sys.stderr)
                 return 1
             return 0
         print(export(NOTEBOOK))

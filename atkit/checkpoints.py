@@ -25,6 +25,7 @@ from atkit.files import (
     FolderLock,
     atomic_open,
     check_writable,
+    path_kind,
     raise_if_disk_full,
     writable_folder,
 )
@@ -309,35 +310,37 @@ def run_lock(ckpt_dir) -> FolderLock:
     return FolderLock(ckpt_dir, "training run")
 
 
-def check_ckpt_dir(ckpt_dir) -> Path:
+def check_ckpt_dir(ckpt_dir, what: str = "ckpt_dir") -> Path:
     """A usable checkpoint folder (it may not exist yet), or an error naming it; done
-    before the folder is locked or created, so a bad one changes nothing."""
+    before the folder is locked or created, so a bad one changes nothing. `what`
+    names it in the messages (a program's option: "--ckpt-dir")."""
     if ckpt_dir is None or str(ckpt_dir) in ("", "."):
-        raise ValueError("ckpt_dir is empty: give a folder for this run's checkpoints")
+        raise ValueError(f"{what} is empty: give a folder for this run's checkpoints")
     ckpt_dir = Path(ckpt_dir)
     try:
         ckpt_dir.exists()
     except OSError as err:  # a name too long for the file system, say
         raise NotADirectoryError(
-            f"ckpt_dir {ckpt_dir} cannot be a folder ({err.strerror or err}); give "
+            f"{what} {ckpt_dir} cannot be a folder ({err.strerror or err}); give "
             "another path"
         ) from err
     if ckpt_dir.exists() and not ckpt_dir.is_dir():
-        raise NotADirectoryError(f"ckpt_dir {ckpt_dir} is a file; give a folder")
+        kind = path_kind(ckpt_dir) or "a file"  # a FIFO, /dev/null: said as such
+        raise NotADirectoryError(f"{what} {ckpt_dir} is {kind}; give a folder")
     if ckpt_dir.is_dir() and not os.access(ckpt_dir, os.R_OK):
         # its files can be opened by name, but not listed: --fresh and the clean-up
         # of a killed save would find nothing to delete, and say nothing
         raise PermissionError(
-            f"ckpt_dir {ckpt_dir} cannot be read (no permission to list it); allow "
+            f"{what} {ckpt_dir} cannot be read (no permission to list it); allow "
             "reading it (chmod u+r) or give another folder"
         )
     for name in ("last.pt", "prev.pt"):
         if (ckpt_dir / name).is_dir():
             raise CheckpointError(
                 f"{ckpt_dir / name} is a folder where the run keeps a checkpoint "
-                "file; move it out of the way (or give another ckpt_dir)"
+                f"file; move it out of the way (or give another {what})"
             )
-    return check_writable(ckpt_dir, "ckpt_dir")
+    return check_writable(ckpt_dir, what)
 
 
 def prepare_ckpt_dir(ckpt_dir) -> Path:

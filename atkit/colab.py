@@ -14,6 +14,8 @@ import subprocess
 import sys
 from importlib.util import find_spec
 
+from atkit.processes import end_with_parent
+
 # what Colab lacks, pinned as in requirements.txt
 WANTED = {"sentencepiece": "0.2.3", "sacrebleu": "2.6.0", "jupytext": "1.19.6"}
 UPDATE_TIMEOUT_S = 30
@@ -37,7 +39,7 @@ def prepare(clone: str, kept: bool | None = None) -> None:
     missing = [f"{m}=={v}" for m, v in WANTED.items() if not find_spec(m)]
     if missing:
         pip = [sys.executable, "-m", "pip", "install", "-q", *missing]
-        subprocess.run(pip, check=True)
+        subprocess.run(pip, check=True, preexec_fn=end_with_parent())
 
 
 def _git(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -48,6 +50,7 @@ def _git(*args: str, timeout: float | None = None) -> subprocess.CompletedProces
         stdin=subprocess.DEVNULL,
         env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},  # never ask for a password
         timeout=timeout,
+        preexec_fn=end_with_parent(),
     )
 
 

@@ -75,6 +75,15 @@ def multi30k_cache_dir() -> Path:
     return Path(base) / "annotated-transformer" / "multi30k"
 
 
+def data_files() -> list[Path]:
+    """The Multi30k files that a run would read, where fetch_multi30k looks for
+    them ($MULTI30K_DIR, else the download cache), those that exist: what a program's
+    output may not be written over (atkit.files.check_outputs). Nothing is fetched."""
+    value = os.environ.get(MULTI30K_ENV)
+    root = Path(value).expanduser() if value else multi30k_cache_dir()
+    return [root / name for name in MULTI30K_SHA256 if (root / name).is_file()]
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

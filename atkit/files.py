@@ -1,10 +1,17 @@
-"""Files written whole or not at all: the one atomic-write helper of the project."""
+"""Files written whole or not at all: the one atomic-write helper of the project, and
+the checks every program runs on the paths it is given before any work: an output
+that would write over one of its inputs (`check_outputs`), an input that is no
+regular file (`input_file`).
+
+A write through a symbolic link goes to the file the link points to; the link stays
+(`write_target`)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,17 +29,44 @@ def _temporary_beside(path: Path) -> tuple[int, str]:
     return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
 
 
+class PathError(ValueError):
+    """A path that cannot serve as what it was given for: an output that would write
+    over an input or through a link that leads nowhere, an input that is no regular
+    file. The message names the option and says what to do."""
+
+
+def write_target(path) -> Path:
+    """The file a write to `path` changes: `path`, or for a symbolic link the file
+    it points to (through any chain of links), so that the write replaces that file
+    and the link stays a link. A link that leads back to itself is an OSError
+    (ELOOP) naming it."""
+    path = Path(path)
+    if not os.path.islink(path):  # False too for a name the system cannot look up
+        return path
+    target = Path(os.path.realpath(path))
+    if os.path.islink(target):  # realpath gives up on a loop and returns a link
+        raise OSError(
+            errno.ELOOP,
+            f"{path} is a symbolic link that leads back to itself (a loop); "
+            "give another file name (or fix the link)",
+            str(path),
+        )
+    return target
+
+
 @contextlib.contextmanager
 def atomic_open(path, mode: str = "wb", *, fsync: bool = True) -> Iterator:
     """Open a temporary file beside `path`; on success it replaces `path`.
 
     Readers see the old file or the new one, never half of one; after an error (a full
     disk, an exception in the `with` block) `path` is untouched and the temporary file
-    is gone. The new file gets ordinary permissions (0o666 minus the umask).
+    is gone. The new file gets ordinary permissions (0o666 minus the umask). When
+    `path` is a symbolic link, the file it points to is replaced, beside that file,
+    and the link stays (`write_target`).
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes ('w' or 'wb'), not {mode!r}")
-    path = Path(path)
+    path = write_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _temporary_beside(path)
     try:
@@ -53,6 +87,174 @@ def write_text_atomic(path, text: str, *, fsync: bool = True) -> None:
     """Write `text` to `path` atomically (see `atomic_open`)."""
     with atomic_open(path, "w", fsync=fsync) as f:
         f.write(text)
+
+
+KINDS = (  # what a path that is no regular file is, by its mode
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device (such as /dev/null)"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def path_kind(path) -> str | None:
+    """What `path` is, in words, when it is not a regular file (links followed):
+    "no such file", "a folder", "a named pipe (FIFO)", "a symbolic link to X, which
+    does not exist", ...; None for a regular file."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            return f"a symbolic link to {os.readlink(path)}, which does not exist"
+        return "no such file"
+    except NotADirectoryError:
+        above = next((p for p in path.parents if p.is_file()), path.parent)
+        return f"no such file ({above} is a file, not a folder)"
+    except OSError as err:  # a loop of links, a name too long, no permission
+        return f"unreadable ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in KINDS if test(mode)), "not a regular file")
+
+
+def input_file(option: str, path, expected: str) -> Path:
+    """`path` if it is a regular file (or a link to one), else a PathError that
+    names `option`, says what the path is and asks for `expected` ("README.md",
+    "an executed notebook (.ipynb)"): a folder, a FIFO or /dev/null is not called
+    missing."""
+    kind = path_kind(path)
+    if kind is None:
+        return Path(path)
+    if kind.startswith(("no such file", "unreadable")):
+        raise PathError(f"{option} {path}: {kind}; give {expected}")
+    if kind.startswith("a symbolic link"):
+        raise PathError(f"{option} {path} is {kind}; give {expected} (or fix the link)")
+    raise PathError(f"{option} {path} is {kind}, not a file; give {expected}")
+
+
+def input_folder(option: str, path, expected: str) -> Path:
+    """`path` if it is a folder (or a link to one), else a PathError that names
+    `option`, says what the path is and asks for `expected`."""
+    kind = path_kind(path)
+    if kind == "a folder":
+        return Path(path)
+    if kind is None:
+        kind = "a file"
+    if kind.startswith(("no such file", "unreadable")):
+        kind = kind.replace("no such file", "no such folder", 1)
+        raise PathError(f"{option} {path}: {kind}; give {expected}")
+    raise PathError(f"{option} {path} is {kind}, not a folder; give {expected}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` are one file: the same device and inode (a hard link or a
+    symbolic link counts), or, while one of them does not exist yet, the same path
+    once links are followed."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_outputs(
+    outputs, inputs=(), *, writes: str = "its output", suffix: str | None = None
+) -> list[Path]:
+    """The files that `outputs` ((option, path) pairs) will be written to, links
+    followed (see `write_target`), or a PathError naming the option, before any
+    work, when an output
+    - is the same file as one of `inputs` ((option, path) pairs: what the program
+      reads) or as another output, by device and inode, so that a hard link or a
+      symbolic link to it is caught too: writing it would destroy what is read;
+    - is a notebook (.ipynb): no program writes one, and a notebook holds its
+      outputs (hours of a run); `writes` names what would replace it ("the page"),
+      `suffix` the kind of file the option takes (".html"), for the advice;
+    - is a symbolic link that leads nowhere (its target missing, or a loop).
+    An input that does not exist yet (a file the program writes first and reads
+    later) counts by its path, links followed."""
+    outputs, targets = list(outputs), []
+    for option, path in outputs:
+        path = Path(path)
+        if os.path.islink(path) and not os.path.exists(path):
+            kind = path_kind(path)
+            if kind is None or not kind.startswith("a symbolic link"):
+                kind = "a symbolic link that leads back to itself (a loop)"
+            raise PathError(
+                f"{option} {path} is {kind}; give another file name (or fix the link)"
+            )
+        target = write_target(path)
+        instead = "another file name"
+        if suffix and target.suffix != suffix:
+            instead = f"a {suffix} file such as {target.with_suffix(suffix).name}"
+        written = [(o, p) for (o, _), p in zip(outputs, targets, strict=False)]
+        for other, given in [*inputs, *written]:
+            given = Path(given)
+            if not _same_file(target, given):
+                continue
+            how = " (a hard link to it)"
+            if os.path.abspath(path) == os.path.abspath(given):
+                how = ""
+            elif os.path.realpath(path) == os.path.realpath(given):
+                how = " (through a symbolic link)"
+            role = "an output too" if (other, given) in written else "an input"
+            raise PathError(
+                f"{option} {path} is the same file as {other} {given}{how}, "
+                f"{role} of this program: writing {writes} there would destroy it; "
+                f"give {option} {instead}"
+            )
+        if target.suffix == ".ipynb" and suffix != ".ipynb":
+            raise PathError(
+                f"{option} {path} is a notebook (.ipynb), and {writes} would replace "
+                f"it, cells and outputs; give {option} {instead}"
+            )
+        targets.append(target)
+    return targets
+
+
+def output_file(option: str, path, example: str) -> Path:
+    """The file that `path` names for a program's output (for a symbolic link, the
+    file it points to), or a PathError naming `option` and saying what to do, before
+    any work: a folder (`example`: a file name to suggest inside it), something that
+    is no regular file, a link that leads nowhere, a folder that does not exist (not
+    created here: the message says mkdir -p), a read-only file, or a place that
+    takes no new file (a read-only mount, /proc, a name too long)."""
+    path = Path(path)
+    if path.is_symlink():
+        if not path.exists():
+            raise PathError(
+                f"{option} {path} is a symbolic link to {os.readlink(path)}, which "
+                "does not exist; give another file name (or fix the link)"
+            )
+        path = write_target(path)
+    if path.is_dir():
+        raise PathError(
+            f"{option} {path} is a folder; give a file name, such as {path / example}"
+        )
+    kind = path_kind(path)
+    if path.exists() and kind is not None:
+        raise PathError(
+            f"{option} {path} is {kind}, not a regular file; give another file name"
+        )
+    folder = path.parent
+    if not folder.exists():
+        raise PathError(
+            f"{option} {path}: the folder {folder} does not exist; create it "
+            f"(mkdir -p {folder}) or give a file in a folder that exists"
+        )
+    if not folder.is_dir():
+        raise PathError(
+            f"{option} {path}: {folder} is a file, not a folder; give another path"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise PathError(
+            f"{option} {path} is read-only; give another file name, or make it writable"
+        )
+    try:
+        probe_writable(folder, option, path.name)
+    except PermissionError as err:
+        raise PathError(str(err)) from err
+    return path
 
 
 def check_writable(folder, what: str = "folder") -> Path:

@@ -11,7 +11,10 @@ finds functions by module and name, and the cell's module is the kernel's `__mai
 The launcher streams the workers' output as it arrives, turns a failure into an
 exception that quotes the end of the output, and stops the whole process group past
 `timeout_s`. When one worker dies, torchrun stops the others and names the failed rank;
-the process group's timeout covers a worker that hangs instead.
+the process group's timeout covers a worker that hangs instead. torchrun ends when its
+caller ends, however it ends, and each worker when torchrun ends (atkit/processes.py:
+torchrun starts each worker in a session of its own, which no signal to the caller's
+group reaches).
 
 Ending a worker. The all-reduces that DDP starts during the backward pass run on gloo's
 own threads, and each keeps a snapshot of the thread's state that holds a Python
@@ -36,15 +39,19 @@ import sys
 import threading
 from pathlib import Path
 
+from atkit.processes import end_with_parent
 from atkit.settings import check_setting
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def worker_code(module: str) -> str:
-    """The code a worker runs: `module`'s main(), its return value the exit status."""
+    """The code a worker runs: `module`'s main(), its return value the exit status;
+    first the worker asks to end with torchrun (atkit.processes)."""
     return (
-        f"import sys, importlib; sys.exit(importlib.import_module({module!r}).main())"
+        "import sys, importlib; from atkit import processes; "
+        "processes.end_with_parent_now(); "
+        f"sys.exit(importlib.import_module({module!r}).main())"
     )
 
 
@@ -136,6 +143,7 @@ def launch_torchrun(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, so we can stop all of it
+        preexec_fn=end_with_parent(),  # and it ends with us, even killed by SIGKILL
     )
     timed_out = threading.Event()
 

@@ -26,6 +26,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from atkit.processes import end_with_parent
+
 # A line that git writes into a file it could not merge.
 CONFLICT = re.compile(r"^(<{7}|={7}|>{7})(?: |$)", re.M)
 # Long values in a message (a whole cell where a string belongs) are cut to this.
@@ -60,6 +62,7 @@ def _git(folder: Path, *args: str) -> subprocess.CompletedProcess | None:
             text=True,
             timeout=10,
             check=False,
+            preexec_fn=end_with_parent(),  # a git that outlives us is an orphan
         )
     except (OSError, subprocess.SubprocessError):
         return None

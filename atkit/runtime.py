@@ -115,11 +115,25 @@ def show_progress(env=None) -> bool:
 def checkpoint_root(preset: str, env=None) -> Path:
     """checkpoints/<preset>, or $AT_CHECKPOINTS/<preset> (a Google Drive folder). A
     value that names a file, a broken link or a folder that cannot be written is
-    an error naming the variable, at Setup rather than at the first run."""
+    an error naming the variable, at Setup rather than at the first run; so is a
+    value of blanks or one with blanks around it (" " would make a folder named
+    " "). An empty value counts as unset."""
     from atkit.files import check_writable
+    from atkit.settings import ConfigError
 
     env = os.environ if env is None else env
     value = env.get(CHECKPOINTS_ENV)
+    if value and not value.strip():
+        raise ConfigError(
+            f"{CHECKPOINTS_ENV}={value!r} is blank; set it to the folder for the "
+            "checkpoints (a Google Drive folder on Colab), or unset it for "
+            "./checkpoints"
+        )
+    if value and value != value.strip():
+        raise ConfigError(
+            f"{CHECKPOINTS_ENV}={value!r} begins or ends with a blank, which would "
+            f"be part of the folder's name; set it to {value.strip()!r}"
+        )
     root = Path(value or "checkpoints").expanduser()
     if value:
         check_writable(root, CHECKPOINTS_ENV)

@@ -109,9 +109,9 @@ def test_the_golden_model_file_and_views_are_what_the_code_writes_now(
     (tmp_path / "cases.json").unlink()
     capsys.readouterr()
     assert js_golden.main(["--check", "--out", str(tmp_path)]) == 1
-    assert capsys.readouterr().err.splitlines() == [
-        f"{tmp_path / name} is stale: run `python -m tools.js_golden`"
-        for name in ("cases.json", "attention.json")
+    assert capsys.readouterr().err.splitlines() == [  # issue 69: missing, not stale
+        f"{tmp_path / name} is {state}: run `python -m tools.js_golden`"
+        for name, state in (("cases.json", "missing"), ("attention.json", "stale"))
     ]
 
 

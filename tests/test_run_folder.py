@@ -305,7 +305,7 @@ def test_a_folder_without_read_permission_is_refused(tmp_path):
         run.chmod(0o755)
     assert proc.returncode == 2, proc.stderr[-3000:]
     message = error_line(proc.stderr)
-    assert f"ckpt_dir {run} cannot be read" in message and "chmod u+r" in message
+    assert f"--ckpt-dir {run} cannot be read" in message and "chmod u+r" in message
     assert not (tmp_path / "run.json").exists()
 
 

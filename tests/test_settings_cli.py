@@ -579,7 +579,7 @@ def _file(t: Path) -> Path:
         ),
         (lambda t: ["--ckpt-dir", str(_self_link(t))], ["loop", "symbolic link"]),
         (lambda t: ["--ckpt-dir", str(_dangling(t))], ["link", "nowhere"]),
-        (lambda t: ["--ckpt-dir", str(t / LONG)], ["ckpt_dir", TOO_LONG]),
+        (lambda t: ["--ckpt-dir", str(t / LONG)], ["--ckpt-dir", TOO_LONG]),
         (lambda t: ["--ckpt-dir", str(_file(t))], ["file", "give a folder"]),
         (lambda t: ["--ckpt-dir", str(_lock_folder(t))], ["lock", "give a folder"]),
         (

@@ -13,7 +13,7 @@ import jupytext
 import pytest
 
 import nbexport
-from tools import errors, word_count
+from tools import word_count
 
 ROOT = Path(__file__).resolve().parents[1]
 MD = ROOT / "annotated_transformer.md"
@@ -336,9 +336,9 @@ def test_word_count_prints_the_counts_and_refuses_a_missing_file(tmp_path, capsy
         "prose words, in all:     12 (budget 10,000)",
         "code lines, main path:   2; in deep dives 1",
     ]
-    with pytest.raises(
-        errors.UsageError, match="--notebook .*missing.md: no such file"
-    ):
+    from atkit.files import PathError  # issue 69: said as what it is, with advice
+
+    with pytest.raises(PathError, match="--notebook .*missing.md: no such file"):
         word_count.main(["--notebook", str(tmp_path / "missing.md")])
 
 
@@ -390,7 +390,7 @@ def test_tier_coverage_names_the_functions_a_tier_never_enters(
     lines |= {min(found["main"])}  # count and what it calls, and main's first line
     ran = []
 
-    def run(cmd, cwd, env, check):
+    def run(cmd, cwd, env, check, **popen):
         ran.append((cmd, env))
         data = coverage.CoverageData(basename=env["COVERAGE_FILE"])
         data.add_lines({str(counted): sorted(lines)})
@@ -437,5 +437,7 @@ def test_startup_times_each_program_in_a_fresh_interpreter(tmp_path, monkeypatch
     assert all(r["wall_s"] >= 0 and r["seconds"] == 0.25 for r in rows)
     probed.clear()
     assert startup.main(["--only-tools"]) == 0 and probed == names
-    with pytest.raises(errors.UsageError, match="is a folder; give a file name"):
+    from atkit.files import PathError  # issue 69: atkit.files checks every output
+
+    with pytest.raises(PathError, match="is a folder; give a file name"):
         startup.main(["--json", str(tmp_path)])

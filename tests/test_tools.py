@@ -492,7 +492,7 @@ def test_bench_reads_the_memory_childs_last_line(monkeypatch):
     the process is a stand-in, and the command and the reading are checked."""
     ran = []
 
-    def run(cmd, capture_output, text, check):
+    def run(cmd, capture_output, text, check, **popen):
         ran.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, 'noise\n{"peak_mib": 12.5}\n', "")
 

@@ -979,8 +979,11 @@ def test_export_models_command_line(lib, small_run, tmp_path, capsys):
     capsys.readouterr()
     assert export_model.main(["--page-only", "--out", str(out)]) == 0
     assert capsys.readouterr().out == f"{out / 'translate.html'}\n"
+    (tmp_path / "none").mkdir()  # a folder without models: said, exit 0
     assert export_model.main(["--page-only", "--out", str(tmp_path / "none")]) == 0
     assert "no model file in" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no such folder"):  # issue 69: was exit 0
+        export_model.main(["--page-only", "--out", str(tmp_path / "missing")])
     for bad, words in (
         ([], "--ckpt-dir is needed"),
         ([*argv, "--n-avg", "0"], "--n-avg must be >= 1"),

@@ -39,16 +39,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from atkit import config, files, runtime
+from atkit import config, files, processes, runtime
 from atkit.prose import say
 from tools import errors
 from tools import train as cli
@@ -195,42 +195,13 @@ def parse_args(lib=None, argv=None):
 
 def check_json(path: Path) -> Path:
     """The file that --json will write (for a symbolic link, the file it points to),
-    or a refusal that says what to do: now, before anything is measured."""
-    if path.is_symlink():
-        if not path.exists():
-            raise errors.UsageError(
-                f"--json {path} is a symbolic link to {os.readlink(path)}, which "
-                "does not exist; give another file name (or fix the link)"
-            )
-        path = Path(os.path.realpath(path))
-    if path.is_dir():
-        raise errors.UsageError(
-            f"--json {path} is a folder; give a file name, such as "
-            f"{path / 'bench.json'}"
-        )
-    if path.exists() and not path.is_file():
-        raise errors.UsageError(
-            f"--json {path} exists and is not a regular file; give another file name"
-        )
-    folder = path.parent
-    if not folder.exists():
-        raise errors.UsageError(
-            f"--json {path}: the folder {folder} does not exist; create it "
-            f"(mkdir -p {folder}) or give a file in a folder that exists"
-        )
-    if not folder.is_dir():
-        raise errors.UsageError(
-            f"--json {path}: {folder} is a file, not a folder; give another path"
-        )
-    if path.exists() and not os.access(path, os.W_OK):
-        raise errors.UsageError(
-            f"--json {path} is read-only; give another file name, or make it writable"
-        )
-    try:  # a read-only mount, /proc, a name too long: found now, not at the end
-        files.probe_writable(folder, "--json", path.name)
-    except PermissionError as err:
-        raise errors.UsageError(str(err)) from err
-    return path
+    or a refusal that says what to do: now, before anything is measured. Not the
+    notebook, nor the module made from it (atkit.files.check_outputs)."""
+    import nbexport
+
+    read = [("the notebook", nbexport.NOTEBOOK), ("its module", nbexport.EXPORT)]
+    (path,) = files.check_outputs([("--json", path)], read, writes="the figures")
+    return files.output_file("--json", path, "bench.json")
 
 
 def synthetic_pairs(lib, cfg, vocab, n_batches):
@@ -342,7 +313,13 @@ def memory_child(lib, setup, batches):
 
 def cpu_peak_mib(argv, path) -> float:
     cmd = [sys.executable, "-m", "tools.bench", *argv, "--memory-child", path]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=processes.end_with_parent(signal.SIGKILL),
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
         raise RuntimeError(

@@ -12,16 +12,25 @@ with the exception's own message kept whole (a cause is never hidden), and exit 
 anything else. A full disk (ENOSPC, EDQUOT) is named as such wherever it happens. The
 traceback is printed too when the environment variable AT_TRACEBACK is set to 1
 (`AT_TRACEBACK=1 python -m tools.bench ...`), for a bug report.
+
+SIGTERM (`kill`, `timeout`) and SIGHUP (the terminal closed) stop a program as Ctrl-C
+does: as an exception (`Stopped`), so that its `finally` blocks run and the processes
+it started are stopped before it ends (atkit/processes.py); then `stopped (SIGTERM)`
+and exit status 128 + the signal's number, as a shell reports it. A torchrun worker
+keeps the default (torchrun stops its workers itself).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 TRACEBACK_ENV = "AT_TRACEBACK"
 DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
@@ -36,6 +45,7 @@ REFUSALS = {
     "DataUnavailableError",
     "DiskFullError",
     "UsageError",
+    "PathError",  # atkit.files: an output over an input, an input that is no file
     "ExportError",
     "MalformedFileError",  # a file of the project that is not what it should be
     "NonFiniteLossError",  # the loss diverged: its message names the setting
@@ -48,6 +58,42 @@ MEMORY_ADVICE = (
 
 class UsageError(Exception):
     """A refusal whose message says all: printed as it is, exit status 2."""
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived: a BaseException, as KeyboardInterrupt is, so that
+    no `except Exception` takes it for an error and goes on."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Stopped in the main thread while the block runs
+    (the handlers before are put back after it); in another thread, or in a
+    torchrun worker, nothing changes."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or "WORLD_SIZE" in os.environ
+    ):
+        yield
+        return
+    before = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def disk_full(err: BaseException) -> bool:
@@ -132,12 +178,18 @@ def report(prog: str, err: BaseException, file=None) -> int:
 
 
 def run_main(main: Callable[[], int | None], prog: str) -> int:
-    """Run a program's `main()`; any exception ends in one `error:` line."""
+    """Run a program's `main()`; any exception ends in one `error:` line, SIGTERM
+    and SIGHUP in a `stopped` line once the `finally` blocks have run."""
     try:
-        return main() or 0
+        with stopped_by_signals():
+            return main() or 0
     except KeyboardInterrupt:
         print(f"{prog}: stopped (Ctrl-C)", file=sys.stderr, flush=True)
         return 130
+    except Stopped as stop:
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print(f"{prog}: stopped ({stop.name})", file=sys.stderr, flush=True)
+        return 128 + stop.signum
     except SystemExit:
         raise  # argparse's own errors and explicit exits keep their status
     except BaseException as err:  # noqa: BLE001 (every error ends in a message)

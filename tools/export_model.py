@@ -38,7 +38,12 @@ import time
 from pathlib import Path
 
 from atkit import config, export, searches
-from atkit.files import probe_writable, writable_folder
+from atkit.files import (
+    check_outputs,
+    input_folder,
+    probe_writable,
+    writable_folder,
+)
 from tools.errors import UsageError, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,6 +193,56 @@ def check_out(out: Path, direction: str, state: dict, quant: str) -> None:
         )
 
 
+# ---------------------------------------- issue 69: --out and --preset, before the work
+
+
+def run_preset(lib, cfg) -> str | None:
+    """The preset whose model shape (N, d_model, d_ff, h) the run trained, when one
+    preset's alone has it; None for a shape of no preset's (sizes set by hand)."""
+    shape = lambda m: (m.N, m.d_model, m.d_ff, m.h)  # noqa: E731
+    names = config.preset_names()
+    found = [n for n in names if shape(lib.run_config(n).model) == shape(cfg.model)]
+    return found[0] if len(found) == 1 else None
+
+
+def check_preset(lib, cfg, ckpt_dir, preset: str | None) -> str:
+    """The preset the manifest records: the run's own. A --preset that names
+    another is refused (the manifest would say "cpu" of a ci run); without --preset,
+    the run's own, and a run of no preset's shape needs --preset."""
+    own, m = run_preset(lib, cfg), cfg.model
+    shape = f"N={m.N}, d_model={m.d_model}, d_ff={m.d_ff}, h={m.h}"
+    if own is not None and preset not in (None, own):
+        raise UsageError(
+            f"--preset {preset}: the run in {ckpt_dir} trained the {own} preset's "
+            f"model ({shape}); give --preset {own} (or leave it out)"
+        )
+    if own is None and preset is None:
+        raise UsageError(
+            f"the run in {ckpt_dir} has a model of no preset's shape ({shape}); "
+            "give --preset, the preset it was trained from"
+        )
+    return own or preset
+
+
+def check_paths(out: Path, direction: str, ckpt_dir: Path) -> None:
+    """The model file and the page may not be written over the run's checkpoints
+    (through a link, say) nor be notebooks (atkit.files.check_outputs)."""
+    written = [
+        ("--out", out / "translate" / f"{direction}.js"),
+        ("--out", out / "translate.html"),
+    ]
+    read = [("--ckpt-dir", p) for p in sorted(Path(ckpt_dir).glob("*.pt"))]
+    check_outputs(written, read, writes="the export")
+
+
+def check_page_out(out: Path) -> None:
+    """--page-only's --out: a folder that exists (docs), whose page is no model file
+    (through a link), else a refusal."""
+    input_folder("--out", out, "the folder that holds translate/ (e.g. --out docs)")
+    read = [("the model file", p) for p in sorted(out.glob("translate/*.js"))]
+    check_outputs([("--out", out / "translate.html")], read, writes="the page")
+
+
 def snapshots_to_average(lib, ckpt_dir, history, n_avg, log) -> list[int]:
     """The steps of the snapshots that `--n-avg` averages: the `n_avg` that end at
     the best one, or all up to it if the run has fewer (said); a refusal if the
@@ -242,12 +297,14 @@ def export_run(
             f"{ckpt_dir}: the page needs a shared BPE vocabulary and "
             "tie='all' (the full recipe)"
         )
+    preset = check_preset(lib, cfg, ckpt_dir, preset)  # issue 69: the run's own
     if out.resolve() == DOCS.resolve() and not config.preset(preset).publishes:
         raise UsageError(
             f"preset {preset}: only the {config.publisher()} preset's run exports into "
             f"{DOCS} (the record's `publishes`); pass another --out"
         )
     direction = f"{cfg.src_lang}-{lib.corpus.other_lang(cfg.src_lang)}"
+    check_paths(out, direction, ckpt_dir)  # issue 69: not over the run's files
     check_out(out, direction, last["model"], quant)  # before the long work
     steps = snapshots_to_average(lib, ckpt_dir, history, n_avg, log)
     try:
@@ -429,18 +486,22 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--alpha", type=float, default=None, help="the beam's alpha (the record's)"
     )
-    config.add_preset_option(ap, default=config.publisher(), help="the run's preset")
+    config.add_preset_option(
+        ap, help="the run's preset (default: the run's own, from its model's shape)"
+    )
     ap.add_argument("--out", type=Path, default=DOCS, help="folder of the page")
     ap.add_argument("--quant", choices=export.QUANTS, default="int8")
     ap.add_argument("--no-bleu", action="store_true", help="skip the test scores")
     ap.add_argument("--page-only", action="store_true", help="render the page alone")
     args = ap.parse_args(argv)
     if args.page_only:
+        check_page_out(args.out)
         page = write_page(args.out)
         print(page or f"no model file in {args.out / 'translate'}: no page written")
         return 0
     if args.ckpt_dir is None:
         ap.error("--ckpt-dir is needed (or --page-only)")
+    input_folder("--ckpt-dir", args.ckpt_dir, "a run folder of the notebook")
     alpha = 0.0 if args.alpha is None else args.alpha
     if args.n_avg < 1 or not math.isfinite(alpha) or alpha < 0:
         ap.error("--n-avg must be >= 1 and --alpha a number >= 0")
@@ -448,7 +509,7 @@ def main(argv=None) -> int:
     from atkit import runtime
 
     lib = nbexport.load()
-    lib.torch.set_num_threads(runtime.torch_threads(args.preset))
+    lib.torch.set_num_threads(runtime.torch_threads(args.preset or config.publisher()))
     export_run(
         lib,
         args.ckpt_dir,

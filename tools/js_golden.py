@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from atkit import attention_view, searches
-from atkit.files import write_text_atomic
+from atkit.files import check_outputs, check_writable, write_text_atomic
 from tools.errors import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -427,6 +427,20 @@ def golden(lib) -> dict[str, str]:
     }
 
 
+NAMES = (MODEL_FILE, "cases.json", "attention.json")  # the files golden() makes
+
+
+def sources() -> list[tuple[str, Path]]:
+    """What the golden files are made from, as (what, path): the notebook, the
+    module made from it, atkit's code and the Multi30k files."""
+    import nbexport
+    from atkit import data
+
+    found = [("the notebook", nbexport.NOTEBOOK), ("its module", nbexport.EXPORT)]
+    found += [("atkit's", p) for p in sorted((ROOT / "atkit").glob("*.*"))]
+    return found + [("the Multi30k file", p) for p in data.data_files()]
+
+
 def dump(obj: dict) -> str:
     """JSON with one line per entry of each top-level list (short diffs)."""
     one = lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))
@@ -452,6 +466,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import nbexport
 
+    if not args.check:  # before the work: a folder, whose files are no inputs
+        check_writable(args.out, "--out")
+        check_outputs([("--out", args.out / n) for n in NAMES], sources())
     lib = nbexport.load()
     lib.torch.set_num_threads(1)
     files = golden(lib)
@@ -463,7 +480,8 @@ def main(argv=None) -> int:
             or (args.out / n).read_text(encoding="utf-8") != t
         ]
         for n in stale:
-            print(f"{args.out / n} is stale: run `{PROG}`", file=sys.stderr)
+            state = "is stale" if (args.out / n).is_file() else "is missing"
+            print(f"{args.out / n} {state}: run `{PROG}`", file=sys.stderr)
         return 1 if stale else 0
     for name, text in files.items():
         write_text_atomic(args.out / name, text)

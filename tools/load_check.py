@@ -13,7 +13,9 @@ person to read, not a test: nothing here passes or fails, and the numbers depend
 machine. The command must leave the working tree as it found it for the rounds to be
 comparable (`make test` does; a training run should use `--fresh` or a new folder).
 A command that cannot be found, or that fails, ends the script with one `error:` line
-(and the command's exit status); so does a --busy beyond the machine's cores.
+(and the command's exit status); so does a --busy beyond the machine's cores. The
+spinners and the command end with the script, however it ends (Ctrl-C, SIGTERM,
+SIGHUP, a `timeout`, SIGKILL): atkit/processes.py.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import time
 
+from atkit import processes
 from tools import errors
 
 PROG = "python -m tools.load_check"
@@ -34,14 +37,22 @@ SPIN = "while True: pass"
 
 
 def start_load(busy):
-    """`busy` spinning processes at nice 19, each in a session of its own."""
-    return [
-        subprocess.Popen(
-            ["nice", "-n", "19", sys.executable, "-c", SPIN],
-            start_new_session=True,  # own session and scheduler group, like a terminal
-        )
-        for _ in range(busy)
-    ]
+    """`busy` spinning processes at nice 19, each in a session of its own, each
+    killed when this process ends (a session of its own gets no signal of ours)."""
+    procs = []
+    try:
+        for _ in range(busy):
+            procs.append(
+                subprocess.Popen(
+                    ["nice", "-n", "19", sys.executable, "-c", SPIN],
+                    start_new_session=True,  # own session and scheduler group
+                    preexec_fn=processes.end_with_parent(signal.SIGKILL),
+                )
+            )
+    except BaseException:
+        stop_load(procs)
+        raise
+    return procs
 
 
 def stop_load(procs):
@@ -54,10 +65,17 @@ def stop_load(procs):
 
 
 def timed(command, quiet):
-    """Wall seconds and exit status of one run of `command`."""
+    """Wall seconds and exit status of one run of `command`; if this process is
+    stopped meanwhile, so is the command (SIGTERM, then SIGKILL)."""
     out = subprocess.DEVNULL if quiet else None
     start = time.perf_counter()
-    rc = subprocess.call(command, stdout=out, stderr=out)
+    proc = subprocess.Popen(
+        command, stdout=out, stderr=out, preexec_fn=processes.end_with_parent()
+    )
+    try:
+        rc = proc.wait()
+    finally:
+        processes.stop(proc)
     return time.perf_counter() - start, rc
 
 

@@ -11,6 +11,10 @@ It also writes how long the long cells took in that run (the cells that print
 `expected_time(PRESET, "<cell>")`), from the notebook's own timestamps, into
 runs/cell-minutes.json: the one record that `atkit.config.expected_time` prints from in
 the next run, and that the README's time table quotes.
+
+Both files are checked before any work: neither may be the notebook (or a link to it)
+or the other, and a README.md that is a symbolic link stays one: the file it points to
+is rewritten (atkit.files.check_outputs).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from atkit.files import check_writable
+from atkit.files import check_outputs, check_writable, input_file
 from tools.errors import UsageError, run_main
 
 PROG = "python -m tools.readme_results"
@@ -238,13 +242,15 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
     for flag, path in (("--readme", args.readme), ("--notebook", args.notebook)):
-        if not path.is_file():
-            raise UsageError(
-                f"{flag} {path}: no such file; give the path of an existing one"
-            )
+        input_file(flag, path, f"the path of {WHAT[flag]}")
     if args.minutes is None:
         args.minutes = args.notebook.parent / "runs" / "cell-minutes.json"
     if not args.check:
+        args.readme, args.minutes = check_outputs(
+            [("--readme", args.readme), ("--minutes", args.minutes)],
+            [("--notebook", args.notebook)],
+            writes="the results",
+        )
         check_writable(args.readme.parent, "--readme")
         check_writable(args.minutes.parent, "--minutes")
     import json

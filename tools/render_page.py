@@ -53,7 +53,10 @@ The page must work offline: a remote script, style sheet, image or frame, or an 
 that cannot be embedded, is an error. ``--strict`` (``make page``) also fails on error
 outputs, formulas KaTeX rejects, TeX left untypeset in the prose and a deep dive
 without its summary line. The output path is checked before any work: a folder, or a
-place that cannot be written, is refused at once with one ``error:`` line.
+place that cannot be written, is refused at once with one ``error:`` line; so is the
+notebook itself (or a hard or symbolic link to it), its ``.md`` source, a file of the
+page's own (tools/page/) or any other ``.ipynb`` (atkit.files.check_outputs). A
+symbolic link given as ``--out`` stays a link: the page replaces the file it points to.
 """
 
 from __future__ import annotations
@@ -83,8 +86,8 @@ from pygments.formatters import HtmlFormatter
 from traitlets.config import Config
 
 try:
-    from atkit import attention_view, figures, records
-    from atkit.files import write_text_atomic
+    from atkit import attention_view, figures, processes, records
+    from atkit.files import check_outputs, path_kind, write_text_atomic
     from tools import errors
 except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is not
     if __name__ != "__main__" or __package__:
@@ -92,7 +95,7 @@ except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is 
     _path = [str(Path(__file__).resolve().parents[1]), os.getenv("PYTHONPATH", "")]
     _env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, _path))}
     _cmd = [sys.executable, "-m", "tools.render_page", *sys.argv[1:]]
-    sys.exit(subprocess.call(_cmd, env=_env))
+    os.execve(sys.executable, _cmd, _env)  # this process becomes it: no child
 
 PROG = "python -m tools.render_page"
 
@@ -692,7 +695,12 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     ]
     print(f"installing KaTeX {KATEX_VERSION}: {' '.join(cmd)}", file=sys.stderr)
     proc = subprocess.run(
-        cmd, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True
+        cmd,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        preexec_fn=processes.end_with_parent(),
     )
     if proc.returncode != 0 or katex_version(katex_dir) != KATEX_VERSION:
         raise PageError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()}")
@@ -716,6 +724,7 @@ def typeset(math: list[Math], katex_dir: Path) -> list[str]:
         input=json.dumps(request),
         capture_output=True,
         text=True,
+        preexec_fn=processes.end_with_parent(),
     )
     if proc.returncode != 0:
         raise PageError(f"KaTeX (node) failed:\n{proc.stderr.strip()}")
@@ -773,10 +782,16 @@ def katex_css(katex_dir: Path) -> str:
 def load_notebook(path: Path):
     """Read an executed notebook, or raise PageError saying what to do."""
     path = Path(path)
-    if not path.is_file():
+    kind = path_kind(path)
+    if kind is not None and kind.startswith("no such file"):
         raise PageError(
             f"{path} not found. Execute the notebook first (`make run`), then render "
             "again."
+        )
+    if kind is not None:
+        raise PageError(
+            f"--notebook {path} is {kind}, not a notebook file; give an executed "
+            "notebook (.ipynb), e.g. --notebook annotated_transformer.ipynb"
         )
     try:  # not JSON, cut short, `[]`, a cell without its source: named, with where
         nb = records.read_notebook(
@@ -896,8 +911,23 @@ def check_out(out: Path, write: bool = True) -> None:
         ) from exc
 
 
+def page_inputs(notebook: Path) -> list[tuple[str, Path]]:
+    """What a render reads, as (what, path): the notebook, its jupytext source
+    beside it, and the page's own files (tools/page/)."""
+    notebook = Path(notebook)
+    found = [("--notebook", notebook)]
+    if notebook.suffix != ".md":
+        found.append(("the notebook's source", notebook.with_suffix(".md")))
+    found += [("the page's own", p) for p in sorted(PAGE_DIR.rglob("*")) if p.is_file()]
+    return found
+
+
 def render_file(notebook: Path, out: Path, strict: bool = False) -> Page:
-    """Render ``notebook`` to ``out`` (atomically); return the Page for inspection."""
+    """Render ``notebook`` to ``out`` (atomically; through a symbolic link, into the
+    file it points to); return the Page for inspection."""
+    (out,) = check_outputs(
+        [("--out", out)], page_inputs(notebook), writes="the page", suffix=".html"
+    )
     check_out(out)
     body, page = render_html(notebook)
     bad_math = body.count('class="katex-error"')
@@ -939,8 +969,9 @@ def main(argv: list[str] | None = None) -> int:
             check_out(args.out, write=False)
             body, _ = render_html(args.notebook)
             if not args.out.is_file() or args.out.read_text(encoding="utf-8") != body:
+                state = "is stale" if args.out.is_file() else "is missing"
                 print(
-                    f"{args.out} is stale: run `python -m tools.render_page "
+                    f"{args.out} {state}: run `python -m tools.render_page "
                     f"--notebook {args.notebook} --out {args.out}`",
                     file=sys.stderr,
                 )

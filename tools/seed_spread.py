@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from atkit import config, runtime
-from atkit.files import writable_folder, write_text_atomic
+from atkit.files import check_outputs, writable_folder, write_text_atomic
 from atkit.records import MalformedFileError, read_json
 from atkit.seeds import SCORES, read_spread, same_settings, spread_path, summary
 from atkit.settings import ConfigError
@@ -104,6 +104,24 @@ def measured(old: dict | None, where: dict, seeds: list[int], sets: list[str], n
     return entry if same_settings(cls, entry["config"], wanted) else None
 
 
+def run_paths(root: Path, preset: str, folder: str, seed: int) -> tuple[Path, Path]:
+    """(checkpoint folder, results file) of one seed's run."""
+    ckpt = root / "seeds" / f"{folder}-{seed}"
+    return ckpt, Path("results") / f"{preset}-seed-{folder}-{seed}.json"
+
+
+def run_files(root: Path, preset: str, seeds) -> list[tuple[str, Path]]:
+    """What the runs write and this program reads back, as (what, path): the summary
+    may be none of them (atkit.files.check_outputs)."""
+    found = []
+    for _, folder, _ in MODELS:
+        for seed in seeds:
+            ckpt, res = run_paths(root, preset, folder, seed)
+            found += [(f"seed {seed}'s results", res)]
+            found += [(f"seed {seed}'s checkpoint", ckpt / "last.pt")]
+    return found
+
+
 def read_summary(path: Path, preset: str) -> dict | None:
     """The summary this program wrote to `path` before (None: none there). One that
     cannot be read is refused naming it, before any training: it is committed, and
@@ -142,6 +160,8 @@ def main(argv=None) -> int:
             except ConfigError as err:
                 raise UsageError(f"--seeds {seed}: {err}") from None
     out = args.out or spread_path(preset)
+    root = runtime.checkpoint_root(preset)
+    (out,) = check_outputs([("--out", out)], run_files(root, preset, args.seeds))
     if out.is_dir():
         p.error(f"--out {out} is a folder; give a file name")
     writable_folder(out.parent, "--out", out.name)  # before hours of training
@@ -150,7 +170,6 @@ def main(argv=None) -> int:
     )
     import torch
 
-    root = runtime.checkpoint_root(preset)
     where = {
         "preset": preset,
         "machine": f"{os.cpu_count()} CPU cores, {cpu_name()}",
@@ -172,8 +191,7 @@ def main(argv=None) -> int:
             continue
         runs = []
         for seed in args.seeds:
-            ckpt = root / "seeds" / f"{folder}-{seed}"
-            res = Path("results") / f"{preset}-seed-{folder}-{seed}.json"
+            ckpt, res = run_paths(root, preset, folder, seed)
             argv_run = [
                 "--preset",
                 preset,

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tools.errors import UsageError, run_main
+from atkit import files, processes
+from tools.errors import run_main
 
 PROG = "python -m tools.startup"
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +53,14 @@ def tools() -> list[str]:
     return names
 
 
+def sources() -> list[tuple[str, Path]]:
+    """What the timed cases read, as (what, path): the tools, nbexport.py and the
+    notebook; --json may be none of them."""
+    found = [("a tool", p) for p in sorted((ROOT / "tools").glob("*.py"))]
+    found.append(("nbexport.py", ROOT / "nbexport.py"))
+    return [*found, ("the notebook", ROOT / "annotated_transformer.md")]
+
+
 def probe(name: str) -> dict:
     """One case in a fresh interpreter: its seconds and the heavy modules loaded."""
     proc = subprocess.run(
@@ -59,6 +69,7 @@ def probe(name: str) -> dict:
         capture_output=True,
         text=True,
         check=False,
+        preexec_fn=processes.end_with_parent(signal.SIGKILL),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: {proc.stderr.strip()[-500:]}")
@@ -73,8 +84,11 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", type=Path, default=None, help="also write JSON here")
     args = p.parse_args(argv)
-    if args.json and args.json.is_dir():
-        raise UsageError(f"--json {args.json} is a folder; give a file name")
+    if args.json:  # checked before the work, as any program's output
+        (args.json,) = files.check_outputs(
+            [("--json", args.json)], sources(), writes="the figures"
+        )
+        args.json = files.output_file("--json", args.json, "startup.json")
     cases = tools() + ([] if args.only_tools else ["torch", "notebook library"])
     rows = []
     for name in cases:
@@ -85,7 +99,7 @@ def main(argv=None) -> int:
         loaded = ", ".join(row["loaded"]) or "-"
         print(f"{name:28} {row['seconds']:6.2f} s   loaded: {loaded}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        files.write_text_atomic(args.json, json.dumps(rows, indent=1) + "\n")
     return 0
 
 

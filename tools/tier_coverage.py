@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from atkit.processes import end_with_parent
 from tools.errors import run_main
 
 PROG = "python -m tools.tier_coverage"
@@ -75,7 +76,9 @@ def main(argv=None) -> int:
         env = {**os.environ, "AT_PRESET": "ci", "COVERAGE_FILE": str(data)}
         cmd = [sys.executable, "-m", "coverage", "run", "--branch", "-m", "pytest"]
         cmd += ["tests", "-q", "-p", "no:cacheprovider", "-m", args.tier]
-        subprocess.run(cmd, cwd=ROOT, env=env, check=False)
+        subprocess.run(
+            cmd, cwd=ROOT, env=env, check=False, preexec_fn=end_with_parent()
+        )
         cov = coverage.Coverage(data_file=str(data))
         cov.load()
         measured = cov.get_data()

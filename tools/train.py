@@ -34,7 +34,12 @@ import time
 from pathlib import Path
 
 from atkit import config, runtime, searches
-from atkit.files import check_writable, writable_folder, write_text_atomic
+from atkit.files import (
+    check_outputs,
+    check_writable,
+    writable_folder,
+    write_text_atomic,
+)
 from tools.errors import UsageError, run_main
 
 PROG = "python -m tools.train"
@@ -172,8 +177,11 @@ def check_out(out: Path, ckpt_dir: Path) -> Path:
     file is written and deleted in it, named as the results' temporary file will be
     (a read-only folder, or a name too long for the file system, fails here, not
     after the training)."""
-    from atkit import checkpoints
+    from atkit import checkpoints, data
 
+    read = [("--ckpt-dir", p) for p in sorted(Path(ckpt_dir).glob("*.pt"))]
+    read += [("the Multi30k file", p) for p in data.data_files()]
+    (out,) = check_outputs([("--out", out)], read, writes="the results")
     try:
         if out.is_symlink() and out.exists():
             out = Path(os.path.realpath(out))
@@ -228,10 +236,14 @@ def check_args(args, preset) -> None:
     or removed: the results file, the device, torchrun's variables, the search."""
     import torch
 
+    from atkit import checkpoints
+
     default_out = Path("results") / f"{preset}-{args.task}.json"
     if args.ckpt_dir is None:  # $AT_CHECKPOINTS is checked where it is used
         args.ckpt_dir = runtime.checkpoint_root(preset) / args.task
     else:  # one results file per run folder: two runs never share one
+        # checked as itself first: a file given here is no fault of --out's
+        checkpoints.check_ckpt_dir(args.ckpt_dir, "--ckpt-dir")
         default_out = args.ckpt_dir / "results.json"
     args.out = check_out(args.out or default_out, args.ckpt_dir)
     if not 0 < args.timeout_s < float("inf"):

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from atkit.files import input_file
 from tools.errors import UsageError, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,8 +115,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.word_count", description=__doc__)
     p.add_argument("--notebook", type=Path, default=ROOT / "annotated_transformer.md")
     args = p.parse_args(argv)
-    if not args.notebook.is_file():
-        raise UsageError(f"--notebook {args.notebook}: no such file")
+    input_file("--notebook", args.notebook, "the notebook's .md")
     c = count(args.notebook)
     print(f"prose words, main path: {c.main_words:,} (budget {MAIN_BUDGET:,})")
     print(f"prose words, deep dives: {c.deep_words:,}")
