@@ -656,9 +656,20 @@ def _exporter(page: Page) -> PageExporter:
 
 
 def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
-    """Install the pinned KaTeX from npm into build/ if it is not there yet."""
+    """Install the pinned KaTeX from npm into build/ if it is not there yet, under a
+    lock: of processes that render at once (the tests' two workers in a fresh clone)
+    the first installs it and the others wait for it, instead of running npm into
+    the same folder at the same time."""
+    from atkit.files import FolderLock
+
     pkg = katex_dir / "package.json"
-    if pkg.is_file() and json.loads(pkg.read_text()).get("version") == KATEX_VERSION:
+
+    def installed() -> bool:
+        return pkg.is_file() and json.loads(pkg.read_text()).get("version") == (
+            KATEX_VERSION
+        )
+
+    if installed():
         return katex_dir
     npm = shutil.which("npm")
     if npm is None:
@@ -667,6 +678,14 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
             "(Debian: apt-get install -y nodejs npm) and run this again"
         )
     prefix = katex_dir.parents[1]
+    with FolderLock(prefix / ".katex-install", "KaTeX installation").acquire(300):
+        if not installed():
+            install_katex(npm, prefix, pkg)
+    return katex_dir
+
+
+def install_katex(npm: str, prefix: Path, pkg: Path) -> None:
+    """`npm install` of the pinned KaTeX into `prefix`/node_modules."""
     prefix.mkdir(parents=True, exist_ok=True)
     cmd = [
         npm,
@@ -685,7 +704,6 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     )
     if proc.returncode != 0 or not pkg.is_file():
         raise PageError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()}")
-    return katex_dir
 
 
 def typeset(math: list[Math], katex_dir: Path) -> list[str]:
