@@ -37,7 +37,7 @@ help:
 	@echo "make page   - render docs/index.html and docs/$(EX).html from the notebooks (nbconvert + KaTeX, --strict),"
 	@echo "             and docs/translate.html for the model in docs/translate/ (python -m tools.export_model --page-only)"
 	@echo "make test   - pytest (the notebook executed once as on Colab, ci preset) + nbval on $(EX).ipynb + ruff"
-	@echo "make test-fast - the tests that need no training, process, browser or notebook (< 1 min)"
+	@echo "make test-fast - the tests that need no training, process, browser, notebook or Multi30k (< 1 min)"
 	@echo "make figures - draw images/*.svg and *.png (images/draw_figures.py)"
 	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code; make lint runs"
@@ -142,10 +142,11 @@ pytest: setup export
 
 test: lint pytest test-js
 
-# The inner loop: the tests that need no training, no other process, no browser and
-# no executed notebook (pytest.ini's markers), in under a minute; the slowest five
-# are named, so that a slow test that lost its marker shows.
-FAST := not (training or process or browser or notebook)
+# The inner loop: the tests that need no training, no other process, no browser, no
+# executed notebook and no Multi30k (pytest.ini's markers), in under a minute, in a
+# clone with no data beside it; the slowest five are named, so that a slow test that
+# lost its marker shows (tests/conftest.py fails one that reads Multi30k).
+FAST := not (training or process or browser or notebook or data)
 test-fast: setup export
 	AT_PRESET=ci $(PY) -m pytest tests -m "$(FAST)" -q -p no:cacheprovider -n $(WORKERS) \
 		--durations=5 $(PYTEST_ARGS)

@@ -3,8 +3,10 @@ fixtures and helpers that more than one test file uses.
 
 The code under test lives only in annotated_transformer.md; `nbexport.load` writes its
 non-demo cells to build/annotated_transformer_lib.py and imports that file. Tests run
-in the small `ci` preset (one torch thread, Setup's rule for it) and read Multi30k from
-$MULTI30K_DIR (default: ../shared/data/multi30k beside the repository).
+in the small `ci` preset (one torch thread, Setup's rule for it). A test that reads
+Multi30k is in the `data` tier and finds it at $MULTI30K_DIR (default:
+../shared/data/multi30k beside the repository); the fast tier reads none (`no_multi30k`)
+and gets its sentences, where it needs some, from `toy_corpus`, made up here.
 
 Helpers here: tiny runs (`tiny_run`, a trained Multi30k run shared by the session;
 `COPY`, Part 5's copy task in a few steps), the training program's command line
@@ -20,6 +22,7 @@ The page tests (test_page.py, test_attention_view.py) share one headless Chromiu
 `browser`, session-wide, because Playwright's sync API runs one instance per thread.
 """
 
+import contextlib
 import errno
 import functools
 import http.server
@@ -37,12 +40,16 @@ from pathlib import Path
 
 import pytest
 
+from tools import tier_coverage
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AT_PRESET", "ci")
 os.environ.setdefault(
     "MULTI30K_DIR", str((ROOT / ".." / "shared" / "data" / "multi30k").resolve())
 )
-DATA = Path(os.environ["MULTI30K_DIR"])
+# Multi30k's folder: the tests reach it through the `multi30k` fixture, which puts them
+# in the `data` tier; the Colab-style run's kernel is told it here.
+MULTI30K = Path(os.environ["MULTI30K_DIR"])
 
 
 COLLECTION_PROBES = ("_mock_name", "__test__", "__wrapped__", "__code__")
@@ -104,8 +111,12 @@ def clean_env(**extra) -> dict:
 # What a test needs beyond the notebook's code (the markers of pytest.ini): a test that
 # uses one of these fixtures, directly or through another fixture, is marked with its
 # tier. A fixture of a test module joins with @needs(tier) under @pytest.fixture; a
-# test that trains or starts processes in its own body carries the marker itself.
+# test that trains, starts processes or reads Multi30k in its own body carries the
+# marker itself. A test with none of them is in the fast tier (`make test-fast`), which
+# reads no Multi30k: `no_multi30k` fails a test of it that tries.
 FIXTURE_TIERS = {
+    "multi30k": "data",
+    "data": "data",
     "colab_run": "notebook",
     "trained": "training",
     "tiny_run": "training",
@@ -114,6 +125,7 @@ FIXTURE_TIERS = {
     "chromium_path": "browser",
 }
 SHARED_TIERS = ("training", "notebook")  # a fixture of these is made once, grouped
+TIERS = tier_coverage.tiers()  # pytest.ini's markers: a test with none is fast
 
 
 def needs(tier: str):
@@ -159,9 +171,64 @@ class Tiers:
             tmp.write_text(json.dumps(groups))
             os.replace(tmp, path)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        """A test of the fast tier runs under `no_multi30k`, from the setup of its
+        fixtures (a module's too) to their teardown."""
+        if any(item.get_closest_marker(tier) for tier in TIERS):
+            return (yield)
+        with no_multi30k(item.nodeid, shared_tmp(item.config) / NO_MULTI30K):
+            return (yield)
+
 
 def pytest_configure(config):
     config.pluginmanager.register(Tiers(), "tiers")
+
+
+NO_MULTI30K = "the-fast-tier-reads-no-Multi30k"  # $MULTI30K_DIR in the fast tier
+
+
+@contextlib.contextmanager
+def no_multi30k(nodeid: str, nowhere: Path):
+    """While a test of the fast tier runs: $MULTI30K_DIR names `nowhere` (a folder
+    that does not exist, so that a process the test starts cannot read the corpus
+    either), and atkit.data refuses, with a pytest failure that says what to do, to
+    hand out Multi30k's folder (`nowhere` or the real one) or to download it. The
+    test fails the same way beside ../shared and in a clone without the data."""
+    from atkit import data as corpus
+
+    def refuse(what: str):
+        pytest.fail(
+            f"{nodeid} reads Multi30k ({what}), but it is in the fast tier, which "
+            "needs no data: give it the `multi30k` fixture or @pytest.mark.data "
+            "(pytest.ini; `make test` runs it, `make test-fast` leaves it out), or "
+            "made-up sentences (`toy_corpus`, tests/conftest.py)"
+        )
+
+    blocked = {nowhere.resolve(), MULTI30K.resolve()}
+    data_root, download = corpus.data_root, corpus.download_verified
+    real_url = corpus.MULTI30K_URL
+
+    def guarded_root(root=None):
+        chosen = os.environ.get(corpus.MULTI30K_ENV) if root is None else root
+        try:
+            found = Path(chosen).expanduser().resolve() if chosen else None
+        except (OSError, RuntimeError):  # a loop of links: data_root's own error
+            found = None
+        if found in blocked:
+            refuse(f"atkit.data.data_root({root!r}) -> {chosen}")
+        return data_root(root)
+
+    def guarded_download(url, *args, **kwargs):
+        if url.startswith(real_url):
+            refuse(f"a download of {url}")
+        return download(url, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(corpus.MULTI30K_ENV, str(nowhere))
+        mp.setattr(corpus, "data_root", guarded_root)
+        mp.setattr(corpus, "download_verified", guarded_download)
+        yield
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -199,6 +266,13 @@ def lib():
 
 
 @pytest.fixture(scope="session")
+def multi30k() -> Path:
+    """Multi30k's folder ($MULTI30K_DIR): a test that reads the corpus uses this
+    fixture (or carries @pytest.mark.data), so it is in the `data` tier."""
+    return MULTI30K
+
+
+@pytest.fixture(scope="session")
 def copy_model(lib):
     """Part 2's copy-task model, trained as the notebook trains it (to convergence)."""
     model, losses = lib.train_copy_task()
@@ -216,8 +290,97 @@ def cfg(lib, request):
 
 
 @pytest.fixture(scope="module")
-def data(lib, cfg):
-    return lib.prepare_data(cfg)
+def data(lib, cfg, multi30k):
+    """Multi30k in the calling module's TINY settings."""
+    return lib.prepare_data(cfg, multi30k)
+
+
+# ------------------------------------------------------- made-up sentences
+
+# For the tests that need sentence pairs, vocabularies or a data set but are about
+# something else than Multi30k (the fast tier reads no Multi30k): 200 German-English
+# pairs of one pattern, "Ein Hund läuft im Park." / "A dog runs in the park.", in a
+# fixed shuffled order, split as Multi30k is. Made up here; no line of Multi30k.
+TOY_WHO = [
+    ("Ein Hund", "A dog"),
+    ("Eine Frau", "A woman"),
+    ("Ein Mann", "A man"),
+    ("Ein Kind", "A child"),
+    ("Ein Junge", "A boy"),
+    ("Ein Mädchen", "A girl"),
+    ("Eine Katze", "A cat"),
+    ("Ein alter Mann", "An old man"),
+]
+TOY_DOES = [
+    ("läuft", "runs"),
+    ("sitzt", "sits"),
+    ("spielt", "plays"),
+    ("schläft", "sleeps"),
+    ("wartet", "waits"),
+]
+TOY_WHERE = [
+    ("auf der Wiese", "on the meadow"),
+    ("im Park", "in the park"),
+    ("am Strand", "on the beach"),
+    ("vor dem Haus", "in front of the house"),
+    ("neben dem roten Auto", "next to the red car"),
+]
+TOY_ROOT = Path("<made-up sentences: tests/conftest.py>")  # atkit.data's cache key
+TOY_EVAL = 12  # pairs in val and in test_2016_flickr each
+
+
+@functools.cache
+def toy_splits() -> dict[str, tuple[list[str], list[str]]]:
+    """{split: (German lines, English lines)} of the made-up corpus."""
+    import random
+
+    pairs = [
+        (f"{de_who} {de_does} {de_where}.", f"{en_who} {en_does} {en_where}.")
+        for de_who, en_who in TOY_WHO
+        for de_does, en_does in TOY_DOES
+        for de_where, en_where in TOY_WHERE
+    ]
+    random.Random(0).shuffle(pairs)
+    cut = len(pairs) - 2 * TOY_EVAL
+    parts = {
+        "train": pairs[:cut],
+        "val": pairs[cut : cut + TOY_EVAL],
+        "test_2016_flickr": pairs[cut + TOY_EVAL :],
+    }
+    return {split: ([d for d, _ in p], [e for _, e in p]) for split, p in parts.items()}
+
+
+@contextlib.contextmanager
+def toy_corpus():
+    """While it lasts, atkit.data reads the made-up corpus in place of Multi30k:
+    `read_split`, and through it `prepare_data`, the programs and the exporter (each
+    split's lines, as lists of their own). Yields the folder name that stands for it
+    (TOY_ROOT)."""
+    from atkit import data as corpus
+
+    def read_split(split, root=None):
+        de, en = toy_splits()[split]
+        return list(de), list(en)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(corpus, "data_root", lambda root=None: TOY_ROOT)
+        mp.setattr(corpus, "fetch_multi30k", lambda *args, **kwargs: TOY_ROOT)
+        mp.setattr(corpus, "read_split", read_split)
+        yield TOY_ROOT
+
+
+@pytest.fixture
+def on_toy_corpus():
+    """The whole test reads the made-up corpus where it would read Multi30k."""
+    with toy_corpus() as root:
+        yield root
+
+
+@pytest.fixture(scope="module")
+def toy_data(lib, cfg):
+    """`data` of the made-up corpus: prepare_data in the module's TINY settings."""
+    with toy_corpus():
+        return lib.prepare_data(cfg)
 
 
 # ---------------------------------------------------------------- tiny runs
@@ -620,7 +783,7 @@ def colab_env(repo) -> dict:
         AT_REPO_URL=f"file://{repo}",
         AT_PRESET="ci",
         AT_PROGRESS="0",
-        MULTI30K_DIR=str(DATA),
+        MULTI30K_DIR=str(MULTI30K),
     )
     return env
 

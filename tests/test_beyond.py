@@ -38,7 +38,9 @@ def bpe_cfg(cfg):
 
 
 @pytest.fixture(scope="module")
+@needs("data")
 def bpe_data(lib, bpe_cfg):
+    """Multi30k in BPE_SIZE pieces: the tests that use it are in the `data` tier."""
     return lib.prepare_data(bpe_cfg)
 
 

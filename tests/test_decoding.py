@@ -26,7 +26,7 @@ import pytest
 from atkit import searches
 from atkit.searches import PrefixModel
 from atkit.settings import ConfigError
-from conftest import lazy, needs
+from conftest import lazy, needs, toy_corpus
 from tools import train as cli
 
 torch = lazy("torch")
@@ -454,17 +454,19 @@ def test_length_penalty_formula(lib):
 
 
 @pytest.fixture(scope="module")
-def words_model(lib, cfg, data):
-    """An untrained model of TINY's word vocabularies: the checks come before it
-    computes anything, and what it computes is not under test."""
+def words_model(lib, cfg, toy_data):
+    """An untrained model of word vocabularies (of the made-up sentences): the
+    checks come before it computes anything, and what it computes is not under
+    test."""
+    data = toy_data
     torch.manual_seed(0)
     model = lib.build_model(cfg.model, len(data.vocab_src), len(data.vocab_tgt))
     return model.eval()
 
 
 @pytest.fixture(scope="module")
-def translate(lib, data, words_model):
-    return lib.Translator(words_model, data.vocab_src, data.vocab_tgt)
+def translate(lib, toy_data, words_model):
+    return lib.Translator(words_model, toy_data.vocab_src, toy_data.vocab_tgt)
 
 
 @pytest.mark.parametrize(
@@ -487,7 +489,8 @@ def test_bad_beam_settings(lib, beam_size, alpha, word):
         assert f"<= {lib.MAX_BEAM}" in str(err.value)
 
 
-def test_decoding_entry_points_refuse_what_is_not_a_search(lib, data, words_model):
+def test_decoding_entry_points_refuse_what_is_not_a_search(lib, toy_data, words_model):
+    data = toy_data
     model, vs, vt = words_model, data.vocab_src, data.vocab_tgt
     ids = [[lib.BOS, 5, lib.EOS]]
     for call in (
@@ -526,8 +529,8 @@ def test_translate_ids_refuses_what_it_cannot_decode(lib, words_model):
         assert f"ids 0 to {vocab - 1}" in str(e.value)
 
 
-def test_translate_texts_takes_a_list_of_texts(lib, data, words_model):
-    model, vs, vt = words_model, data.vocab_src, data.vocab_tgt
+def test_translate_texts_takes_a_list_of_texts(lib, toy_data, words_model):
+    model, vs, vt = words_model, toy_data.vocab_src, toy_data.vocab_tgt
     with pytest.raises(TypeError, match="list"):
         lib.translate_texts(model, "Ein Hund läuft.", vs, vt)
     with pytest.raises(TypeError, match="list"):
@@ -572,7 +575,8 @@ def test_translator_counts_subword_pieces_not_words(lib, cfg):
     """A BPE model reads pieces: a text of few words but many pieces is refused with
     the count of pieces, never cut to fit."""
     bpe_cfg = cfg.updated(vocab="bpe", bpe_size=200, tie="all", max_len=256)
-    bpe_data = lib.prepare_data(bpe_cfg)
+    with toy_corpus():  # the made-up sentences
+        bpe_data = lib.prepare_data(bpe_cfg)
     torch.manual_seed(0)
     vocab = len(bpe_data.vocab_src)
     model = lib.build_model(bpe_cfg.model, vocab, vocab).eval()

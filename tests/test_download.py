@@ -24,7 +24,6 @@ from atkit import files
 from atkit.settings import ConfigError
 from conftest import (
     CLI_TINY,
-    DATA,
     NO_TRAINING,
     ROOT,
     clean_env,
@@ -53,8 +52,8 @@ def cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def mirror():
-    server, url, log = serve(DATA)
+def mirror(multi30k):
+    server, url, log = serve(multi30k)
     yield url, log
     server.shutdown()
     server.server_close()
@@ -68,29 +67,29 @@ def offline_url():
     return f"http://127.0.0.1:{port}"
 
 
-def copy_of_data(folder):
+def copy_of_data(multi30k, folder):
     folder.mkdir(exist_ok=True)
     for name in FILES:
-        shutil.copy(DATA / name, folder / name)
+        shutil.copy(multi30k / name, folder / name)
     return folder
 
 
 # ---------------------------------------------------------------- verified files
 
 
-def test_shared_data_matches_notebook_digests():
+def test_shared_data_matches_notebook_digests(multi30k):
     assert sorted(corpus.MULTI30K_SHA256) == sorted(FILES)
-    assert corpus.fetch_multi30k() == DATA
+    assert corpus.fetch_multi30k() == multi30k
     for name, digest in corpus.MULTI30K_SHA256.items():
-        assert corpus.sha256sum(DATA / name) == digest
+        assert corpus.sha256sum(multi30k / name) == digest
 
 
-def test_download_verifies_and_caches(cache, mirror):
+def test_download_verifies_and_caches(cache, mirror, multi30k):
     url, log = mirror
     assert corpus.fetch_multi30k(base_url=url) == cache
     assert sorted(log) == sorted(FILES)
     for name in FILES:
-        assert (cache / name).read_bytes() == (DATA / name).read_bytes()
+        assert (cache / name).read_bytes() == (multi30k / name).read_bytes()
     assert corpus.fetch_multi30k(base_url=url) == cache
     assert len(log) == len(FILES), "a verified cache must not be downloaded again"
     names = sorted(p.name for p in cache.iterdir() if p.name != ".lock")
@@ -105,7 +104,7 @@ def test_default_url_is_the_multi30k_repository(cache, mirror, monkeypatch):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_corrupted_cache_is_fetched_again(cache, mirror, damage):
+def test_corrupted_cache_is_fetched_again(cache, mirror, multi30k, damage):
     url, log = mirror
     corpus.fetch_multi30k(base_url=url)
     path = cache / "train.en.gz"
@@ -118,11 +117,11 @@ def test_corrupted_cache_is_fetched_again(cache, mirror, damage):
     log.clear()
     corpus.fetch_multi30k(base_url=url)
     assert log == ["train.en.gz"]
-    assert path.read_bytes() == (DATA / "train.en.gz").read_bytes()
+    assert path.read_bytes() == (multi30k / "train.en.gz").read_bytes()
 
 
-def test_download_with_wrong_content_is_rejected(cache, tmp_path):
-    bad = copy_of_data(tmp_path / "bad_mirror")
+def test_download_with_wrong_content_is_rejected(cache, multi30k, tmp_path):
+    bad = copy_of_data(multi30k, tmp_path / "bad_mirror")
     (bad / "test_2016_flickr.de.gz").write_bytes(b"something else")
     server, url, _ = serve(bad)
     try:
@@ -135,8 +134,8 @@ def test_download_with_wrong_content_is_rejected(cache, tmp_path):
     assert (cache / "train.de.gz").exists()
 
 
-def test_an_explicit_data_folder_is_checked_too(lib, tmp_path):
-    folder = copy_of_data(tmp_path / "data")
+def test_an_explicit_data_folder_is_checked_too(lib, multi30k, tmp_path):
+    folder = copy_of_data(multi30k, tmp_path / "data")
     blob = bytearray((folder / "val.en.gz").read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     (folder / "val.en.gz").write_bytes(bytes(blob))
@@ -177,9 +176,9 @@ def test_offline_with_corrupted_cache_is_an_error(cache, mirror, offline_url):
     assert "train.de.gz" not in message, "only the damaged file is missing"
 
 
-def test_local_folder_without_the_files(tmp_path, monkeypatch):
+def test_local_folder_without_the_files(multi30k, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path))
-    (tmp_path / "val.en.gz").write_bytes((DATA / "val.en.gz").read_bytes())
+    (tmp_path / "val.en.gz").write_bytes((multi30k / "val.en.gz").read_bytes())
     with pytest.raises(corpus.DataUnavailableError) as err:
         corpus.fetch_multi30k()
     message = str(err.value)
@@ -241,9 +240,9 @@ def test_a_cache_folder_that_cannot_be_made_is_refused(
 
 
 @pytest.mark.process
-def test_data_files_without_read_permission_are_refused(tmp_path):
+def test_data_files_without_read_permission_are_refused(multi30k, tmp_path):
     """Run as a program, so that the permission bits apply to root too."""
-    folder = copy_of_data(tmp_path / "data")
+    folder = copy_of_data(multi30k, tmp_path / "data")
     (folder / "val.en.gz").chmod(0o000)
     argv = [sys.executable, "-m", "tools.train", *CLI_TINY]
     argv += ["--ckpt-dir", str(tmp_path / "run"), "--out", str(tmp_path / "r.json")]
@@ -372,14 +371,16 @@ def test_a_server_that_never_answers_fails_fast(monkeypatch, tmp_path, silent):
     assert not list(cache.glob("*.part"))
 
 
-def test_part_files_of_an_interrupted_download_are_removed(monkeypatch, tmp_path):
+def test_part_files_of_an_interrupted_download_are_removed(
+    multi30k, monkeypatch, tmp_path
+):
     monkeypatch.delenv("MULTI30K_DIR")
     cache = tmp_path / "cache"
     cache.mkdir()
     stale = [cache / "train.de.gzk3j2.part", cache / "val.en.gz_x.part"]
     for path in stale:
         path.write_bytes(b"half a download")
-    server, url, _ = serve(DATA)
+    server, url, _ = serve(multi30k)
     try:
         assert corpus.fetch_multi30k(url, cache, log=quiet) == cache
     finally:

@@ -19,7 +19,6 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import (
-    DATA,
     ROOT,
     add_commit,
     cell_errors,
@@ -1080,7 +1079,7 @@ def test_committed_outputs_are_the_unfilled_stubs():
 
 
 @pytest.mark.notebook
-def test_the_notebook_runs_alone_as_on_colab(tmp_path):
+def test_the_notebook_runs_alone_as_on_colab(tmp_path, multi30k):
     """exercises.ipynb alone in an empty folder, as Colab opens it: the Setup cell
     clones the repository (from a file:// snapshot of this tree). Every other
     exercise's stub is replaced by its solution (the reader who has done those):
@@ -1106,7 +1105,7 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if inherited_pythonpath():
         env["PYTHONPATH"] = os.pathsep.join(inherited_pythonpath())
-    env.update(AT_REPO_URL=f"file://{repo}", AT_PRESET="ci", MULTI30K_DIR=str(DATA))
+    env.update(AT_REPO_URL=f"file://{repo}", AT_PRESET="ci", MULTI30K_DIR=str(multi30k))
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": colab}}
     )

@@ -8,7 +8,7 @@ import pytest
 
 from atkit import runtime
 from atkit.settings import ConfigError
-from conftest import lazy
+from conftest import copy_cfg, lazy
 
 torch = lazy("torch")
 fast = lazy("atkit.fast")
@@ -283,20 +283,10 @@ def test_one_compiled_graph_for_an_epoch_of_shapes(lib, monkeypatch):
 
 def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
     """A float16 run's GradScaler (its scale and growth counter) is part of last.pt
-    and comes back on resume; exercised on the CPU with an fp32 step."""
-    cfg = lib.run_config(
-        "ci",
-        n_train=60,
-        n_eval=8,
-        steps=6,
-        eval_every=3,
-        max_tokens=200,
-        N=1,
-        d_model=32,
-        d_ff=64,
-        h=2,
-    )
-    data = lib.prepare_data(cfg)
+    and comes back on resume; exercised on the CPU with an fp32 step, on Part 5's
+    copy task (no corpus to read)."""
+    cfg = copy_cfg(lib, steps=6, eval_every=3)
+    data = lib.copy_task_data(cfg)
 
     def with_scaler(device, precision="auto"):
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)

@@ -19,9 +19,13 @@ PATTERNS = ("previous", "same", "next", "aligned")
 
 
 @pytest.fixture(scope="module")
-def model(lib, cfg, data):
+def model(lib, cfg, toy_data):
+    """An untrained model of the made-up sentences' vocabularies (tests/conftest.py):
+    the counting of layers and heads is under test, not what a model makes of
+    Multi30k."""
     torch.manual_seed(0)
-    model = lib.build_model(cfg.model, len(data.vocab_src), len(data.vocab_tgt))
+    vocabs = len(toy_data.vocab_src), len(toy_data.vocab_tgt)
+    model = lib.build_model(cfg.model, *vocabs)
     return model.eval()
 
 
@@ -34,7 +38,8 @@ def shown(lib, monkeypatch):
     plt.close("all")
 
 
-def test_show_attention_counts_from_one(lib, model, data, shown):
+def test_show_attention_counts_from_one(lib, model, toy_data, shown):
+    data = toy_data
     N, h = model.config.N, model.config.h
     for bad in (0, N + 1):
         with pytest.raises(ValueError, match=rf"layer must be in 1\.\.{N}"):
@@ -81,11 +86,12 @@ def test_describe_heads_counts_from_one(lib, capsys):
 
 
 def test_the_view_shows_the_sentences_asked_for_and_a_text_of_ones_own(
-    lib, model, data
+    lib, model, toy_data
 ):
     """Part 6's `attention_view`: each validation sentence with its model's own
     translation and its weights (`example_pair`, `attention_maps`), then a text of
     the reader's, tokenized and translated first."""
+    data = toy_data
     text = "Ein Hund rennt."
     view = lib.attention_view(model, data, [2], extra=[text])
     assert len(view.sentences) == 2

@@ -71,7 +71,7 @@ def committed(name: str) -> str:
 
 
 def test_the_golden_model_file_and_views_are_what_the_code_writes_now(
-    lib, monkeypatch, tmp_path, capsys
+    lib, monkeypatch, tmp_path, capsys, on_toy_corpus
 ):
     """The fast part of the check above: the model file (its weights from the seed,
     the settings, spaCy's rules, the detokenizer) with the committed BPE in place of
@@ -81,6 +81,7 @@ def test_the_golden_model_file_and_views_are_what_the_code_writes_now(
     asked = []
 
     def tokenized(split, lang, n, root):
+        assert root == str(on_toy_corpus), "Multi30k is not read here"
         asked.append((split, lang, n))
         return [[f"{lang}-sentence"]]
 

@@ -14,7 +14,7 @@ import pytest
 
 from atkit import data as corpus
 from atkit.settings import ConfigError
-from conftest import RUN_TINY, lazy
+from conftest import RUN_TINY, lazy, toy_corpus
 from tools import train as cli
 
 torch = lazy("torch")
@@ -26,6 +26,7 @@ TINY = RUN_TINY
 # --- data --------------------------------------------------------------------------
 
 
+@pytest.mark.data
 def test_read_split_aligned(lib):
     sizes = {split: len(corpus.read_split(split)[0]) for split in ("train", "val")}
     de, en = corpus.read_split("test_2016_flickr")
@@ -43,6 +44,7 @@ def test_tokenizers(lib):
     assert lib.tokenize_all("en", ["It isn't."]) == [["It", "is", "n't", "."]]
 
 
+@pytest.mark.data
 def test_detokenize(lib):
     assert lib.detokenize(["A", "man", "'s", "hat", ",", "(", "red", ")", "."]) == (
         "A man's hat, (red)."
@@ -93,7 +95,7 @@ def test_a_vocabulary_kind_used_before_its_part_names_the_cell(lib, monkeypatch)
 
     monkeypatch.delitem(config._VOCABS, "bpe")
     cfg = lib.run_config("ci", vocab="bpe", tie="all", n_train=50)
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError) as err, toy_corpus():
         lib.prepare_data(cfg)
     assert str(err.value) == (
         "vocab='bpe' is built in Part 4 (§5.1): run Part 4's \"One subword "

@@ -1072,6 +1072,40 @@ def test_deep_dive_without_summary_fails_strict(tmp_path, capsys):
     assert not (tmp_path / "strict.html").exists()
 
 
+FAKE_NPM = """#!/bin/sh
+# npm install --prefix PREFIX ...: one line per run, then (slowly) KaTeX's package.json
+echo run >> "$3/runs"
+sleep 1
+mkdir -p "$3/node_modules/katex"
+echo '{"version": "%s"}' > "$3/node_modules/katex/package.json"
+"""
+
+
+def test_katex_is_installed_once_when_two_render_at_once(tmp_path, monkeypatch):
+    """Two renderers that find no KaTeX at the same time (the two test workers in a
+    fresh clone): one runs npm, the other waits for it and finds KaTeX there."""
+    import threading
+
+    npm = tmp_path / "npm"
+    npm.write_text(FAKE_NPM % render_page.KATEX_VERSION)
+    npm.chmod(0o755)
+    monkeypatch.setattr("shutil.which", lambda name: str(npm))
+    katex_dir = tmp_path / "build" / "node_modules" / "katex"
+    found = []
+    threads = [
+        threading.Thread(
+            target=lambda: found.append(render_page.ensure_katex(katex_dir))
+        )
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == [katex_dir, katex_dir]
+    assert (tmp_path / "build" / "runs").read_text() == "run\n"
+
+
 def test_split_sections_keeps_the_text():
     source = (
         "intro\n\n## Part\n\ntext\n```python\n## a comment\n```\n"

@@ -905,10 +905,11 @@ def test_results_that_cannot_be_written_are_never_lost(tmpfs, tmp_path, capsys):
 
 
 def test_a_run_whose_results_file_is_on_a_full_disk_keeps_its_scores(
-    lib, tmpfs, tmp_path, capsys
+    lib, tmpfs, tmp_path, capsys, on_toy_corpus
 ):
-    """The whole program: it trains and scores, then finds --out's disk full; the
-    results, scores and all, land beside the checkpoints (issue 47)."""
+    """The whole program (on the made-up corpus): it trains and scores, then finds
+    --out's disk full; the results, scores and all, land beside the checkpoints
+    (issue 47)."""
     disk = tmpfs("disk", "64k")
     fill_disk(disk)
     out = disk / "r.json"

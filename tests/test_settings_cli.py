@@ -252,6 +252,7 @@ def test_the_copy_task_honours_tie_and_refuses_what_it_has_not(lib):
 # ------------------------------------------ tools.train: a run and its results
 
 
+@pytest.mark.data
 def test_the_program_trains_scores_and_writes_its_results(lib, tmp_path, capsys):
     out = tmp_path / "results.json"
     args = ["--preset", "ci", "--ckpt-dir", str(tmp_path), "--out", str(out)]
@@ -614,8 +615,10 @@ def _file(t: Path) -> Path:
     ],
 )
 def test_refused_before_training_or_removing(
-    lib, tmp_path, monkeypatch, capsys, make_args, words
+    lib, tmp_path, monkeypatch, capsys, make_args, words, on_toy_corpus
 ):
+    """Refused with one message before any step or removal; what only the data can
+    tell, the made-up sentences tell as Multi30k would."""
     forbid(lib, monkeypatch, *NO_TRAINING)
     base = ["--ckpt-dir", str(tmp_path / "run"), "--out", str(tmp_path / "r.json")]
     extra = make_args(tmp_path)
@@ -629,8 +632,9 @@ def test_refused_before_training_or_removing(
 
 
 def test_a_token_budget_below_the_longest_sentence_is_refused(
-    lib, tmp_path, monkeypatch, capsys
+    lib, tmp_path, monkeypatch, capsys, on_toy_corpus
 ):
+    """The budget against the longest pair of the data (here the made-up one)."""
     cfg = lib.run_config("ci", n_train=100)
     pairs = lib.prepare_data(cfg).train
     longest = max(max(len(s), len(t) - 1) for s, t in pairs)  # t: decoder in/out

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from atkit import searches
-from conftest import lazy, needs, quiet
+from conftest import lazy, needs, quiet, toy_corpus
 from tools import errors
 
 torch = lazy("torch")
@@ -865,11 +865,12 @@ SMALL = dict(N=1, d_model=16, d_ff=32, h=2, max_len=40, max_tokens=400, warmup=1
 
 @pytest.fixture(scope="module")
 def small_run(lib, tmp_path_factory):
-    """A full-recipe run (shared BPE, tie='all') of two steps on Multi30k pairs of
-    up to 40 pieces, its vocabulary the golden files' BPE (no sentencepiece training
-    here)."""
+    """A full-recipe run (shared BPE, tie='all') of two steps on made-up pairs
+    (tests/conftest.py, toy_corpus) of up to 40 pieces, its vocabulary the golden
+    files' BPE (no sentencepiece training here)."""
     vocab = lib.SharedBPE(export.read_model(GOLDEN_MODEL).spm_proto)
-    de, en = lib.corpus.read_split("train", str(lib.corpus.data_root()))
+    with toy_corpus() as root:
+        de, en = lib.corpus.read_split("train", str(root))
     pairs = [
         (lib.frame(vocab.encode(d.split())), lib.frame(vocab.encode(e.split())))
         for d, e in zip(de[:60], en[:60], strict=True)
@@ -903,11 +904,12 @@ def js_rules_applied(rules, text: str) -> str:
 
 
 def test_an_exported_model_is_loaded_as_the_page_computes_with_it(
-    lib, small_run, tmp_path, monkeypatch
+    lib, small_run, tmp_path, monkeypatch, on_toy_corpus
 ):
     """tools.export_model on a run trained here: the file's manifest, its score on
-    a test sentence, the page beside it; `load_exported` gives back the config,
-    the vocabulary and exactly the int8 weights (codes times row scales)."""
+    a test sentence (of the made-up corpus), the page beside it; `load_exported`
+    gives back the config, the vocabulary and exactly the int8 weights (codes times
+    row scales)."""
     folder, cfg, history = small_run
     said, scored, real = [], [], lib.bleu
 
@@ -968,7 +970,7 @@ def test_an_exported_model_is_loaded_as_the_page_computes_with_it(
     assert "translate/de-en.js" in page
 
 
-def test_export_models_command_line(lib, small_run, tmp_path, capsys):
+def test_export_models_command_line(lib, small_run, tmp_path, capsys, on_toy_corpus):
     folder, _, history = small_run
     out = tmp_path / "out"
     argv = ["--ckpt-dir", str(folder), "--out", str(out), "--preset", "ci"]

@@ -669,7 +669,12 @@ def katex_version(katex_dir: Path) -> str | None:
 
 
 def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
-    """Install the pinned KaTeX from npm into build/ if it is not there yet."""
+    """Install the pinned KaTeX from npm into build/ if it is not there yet, under a
+    lock: of processes that render at once (the tests' two workers in a fresh clone)
+    the first installs it and the others wait for it, instead of running npm into
+    the same folder at the same time."""
+    from atkit.files import FolderLock
+
     if katex_version(katex_dir) == KATEX_VERSION:
         return katex_dir
     npm = shutil.which("npm")
@@ -678,9 +683,17 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
             "npm is needed once to fetch KaTeX; install Node.js and npm "
             "(Debian: apt-get install -y nodejs npm) and run this again"
         )
-    if katex_dir.is_dir() and katex_version(katex_dir) is None:
-        shutil.rmtree(katex_dir)  # a damaged install, which npm would leave as it is
     prefix = katex_dir.parents[1]
+    with FolderLock(prefix / ".katex-install", "KaTeX installation").acquire(300):
+        if katex_version(katex_dir) != KATEX_VERSION:
+            if katex_dir.is_dir():  # a damaged install, which npm would leave as it is
+                shutil.rmtree(katex_dir)
+            install_katex(npm, prefix, katex_dir)
+    return katex_dir
+
+
+def install_katex(npm: str, prefix: Path, katex_dir: Path) -> None:
+    """`npm install` of the pinned KaTeX into `prefix`/node_modules."""
     prefix.mkdir(parents=True, exist_ok=True)
     cmd = [
         npm,
@@ -704,7 +717,6 @@ def ensure_katex(katex_dir: Path = KATEX_DIR) -> Path:
     )
     if proc.returncode != 0 or katex_version(katex_dir) != KATEX_VERSION:
         raise PageError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()}")
-    return katex_dir
 
 
 def typeset(math: list[Math], katex_dir: Path) -> list[str]:

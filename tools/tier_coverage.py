@@ -26,7 +26,20 @@ from tools.errors import run_main
 
 PROG = "python -m tools.tier_coverage"
 ROOT = Path(__file__).resolve().parents[1]
-FAST = "not (training or process or browser or notebook)"
+
+
+def tiers() -> list[str]:
+    """The markers of pytest.ini, each what a test needs beyond the notebook's code
+    (tests/conftest.py adds them)."""
+    import configparser
+
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ROOT / "pytest.ini", encoding="utf-8")
+    lines = ini["pytest"]["markers"].splitlines()
+    return [line.split(":")[0].strip() for line in lines if line.strip()]
+
+
+FAST = f"not ({' or '.join(tiers())})"  # make test-fast: the tests with none of them
 
 
 def sources() -> dict[str, Path]:
