@@ -27,7 +27,7 @@ from atkit.files import PathError
 from atkit.settings import ConfigError
 from conftest import (
     CLI_TINY,
-    DATA,
+    MULTI30K,
     NO_DATA,
     ROOT,
     copy_args,
@@ -507,7 +507,7 @@ def test_seed_spread_never_writes_its_summary_over_a_run(
 
 
 def _data_link(t: Path) -> Path:
-    return _soft(t / "r.json", DATA / "train.de.gz")
+    return _soft(t / "r.json", MULTI30K / "train.de.gz")
 
 
 def _ckpt_hard_link(t: Path) -> Path:
@@ -524,9 +524,12 @@ def _ckpt_hard_link(t: Path) -> Path:
         pytest.param(
             lambda t: ["--out", str(_data_link(t))],
             ["same file as the Multi30k file", "train.de.gz"],
-            marks=pytest.mark.skipif(
-                not (DATA / "train.de.gz").is_file(), reason="no Multi30k here"
-            ),
+            marks=[
+                pytest.mark.data,
+                pytest.mark.skipif(
+                    not (MULTI30K / "train.de.gz").is_file(), reason="no Multi30k here"
+                ),
+            ],
         ),
         (
             lambda t: ["--out", str(_soft(t / "r.json", t / "gone.json"))],
@@ -544,8 +547,8 @@ def test_train_never_writes_its_results_over_an_input(
     message = refused([*args, *extra], capsys)
     for word in words:
         assert word in message, (word, message)
-    if (DATA / "train.de.gz").is_file():
-        assert (DATA / "train.de.gz").stat().st_size > 0
+    if (MULTI30K / "train.de.gz").is_file():
+        assert (MULTI30K / "train.de.gz").stat().st_size > 0
 
 
 @pytest.mark.parametrize(
