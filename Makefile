@@ -100,7 +100,7 @@ lint: setup $(NODE_STAMP)
 	$(PY) -m ruff format --check . $(NB).ipynb $(EX).ipynb
 	node_modules/.bin/eslint .
 
-# The JavaScript of the pages (atkit/translator.js, atkit/attention_view.js) on Node's
+# The JavaScript of the pages (atkit/page/translator.js, atkit/page/attention_view.js) on Node's
 # own test runner, against golden files the notebook's Python code writes (js-golden;
 # tests/test_js_golden.py fails when they are stale). Needs nothing from npm.
 test-js:

@@ -1,5 +1,5 @@
 """The model in the reader's hands: the exported file (atkit/export.py), the page that
-translates with it (docs/translate.html, atkit/translator.js) and the notebook's loader.
+translates with it (docs/translate.html, atkit/page/translator.js) and the notebook's loader.
 
 A small model of the `ci` preset (shared BPE, tie='all') is trained once, exported with
 tools/export_model.py into a temporary folder, and its page is opened in headless

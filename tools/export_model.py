@@ -82,7 +82,7 @@ CORPUS = "Multi30k: 29,000 image captions (Flickr30k) with their translations"
 
 def word_pieces(itos, ids) -> list[list[int]]:
     """Source ids grouped by word: a piece that starts with "▁" starts a word
-    (as the page groups them, atkitDomain in atkit/translator.js)."""
+    (as the page groups them, atkitDomain in atkit/page/translator.js)."""
     words: list[list[int]] = []
     for k, i in enumerate(ids):
         if k == 0 or itos[i].startswith("▁"):

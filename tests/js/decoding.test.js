@@ -1,5 +1,5 @@
 "use strict";
-// atkit/translator.js's Transformer and searches against the notebook's PyTorch code
+// atkit/page/translator.js's Transformer and searches against the notebook's PyTorch code
 // on the same int8 weights (tests/js/golden/cases.json): greedy_decode and beam_search
 // (CachedDecoderStepper) of the golden model in its pre-norm and post-norm forms,
 // with the default length limit (min(max_len, source + 50)) and with limits of 1, 2,
