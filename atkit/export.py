@@ -489,6 +489,8 @@ def js_regex_compiles(source: str) -> bool:
         return m[0]
 
     text = re.sub(r"\\(u\{([0-9a-fA-F]+)\}|p\{(L|N|Nd)\}|.)", python, source)
+    if _repeated_lookahead(source):
+        return False  # Python repeats an assertion, JavaScript's u mode refuses to
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -496,6 +498,24 @@ def js_regex_compiles(source: str) -> bool:
     except (re.error, OverflowError, RecursionError):
         return False
     return True
+
+
+_TOKEN = re.compile(r"\\.|\[(?:\\.|[^\]\\])*\]|\(\?<?[=!:]?|[()]|[*+?{]|.", re.DOTALL)
+
+
+def _repeated_lookahead(source: str) -> bool:
+    """Whether a quantifier follows a lookahead group (`(?=a)*`)."""
+    opened, closed = [], None
+    for m in _TOKEN.finditer(source):
+        token = m[0]
+        if token[0] in "*+?{" and closed in ("(?=", "(?!"):
+            return True
+        closed = None
+        if token.startswith("("):
+            opened.append(token)
+        elif token == ")" and opened:
+            closed = opened.pop()
+    return False
 
 
 def _base64(value: str) -> bool:

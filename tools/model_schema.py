@@ -57,13 +57,13 @@ ATOM_CHAR = r"[^\\\[\](){}|*+?\n\r]"
 CLASS = r"\[\^?(?:[^\\\[\]\n\r]|\\(?:" + ESCAPE + r"|[\^$\\.*+?()\[\]{}|/\-]))+\]"
 OUTSIDE_ESCAPE = r"\\(?:" + ESCAPE + r"|[\^$\\.*+?()\[\]{}|/])"
 QUANTIFIER = r"(?:[*+?]|\{[0-9]{1,4}(?:,[0-9]{0,4})?\})\??(?![*+?{])"
-LOOKAROUND = r"\(\?<?[=!](?:" + CLASS + "|" + OUTSIDE_ESCAPE + "|" + ATOM_CHAR + r")\)"
+LOOKBEHIND = r"\(\?<[=!](?:" + CLASS + "|" + OUTSIDE_ESCAPE + "|" + ATOM_CHAR + r")+\)"
 REGEX_GRAMMAR = (
     "^(?:"
     + "|".join(
         [
-            LOOKAROUND + r"(?![*+?{])",  # one atom looked at, never repeated
-            r"\((?:\?:)?",
+            LOOKBEHIND + r"(?![*+?{])",  # characters looked back at (a fixed width)
+            r"\((?:\?:|\?[=!]|(?!\?))",  # a group, a lookahead
             r"\)",
             r"\|",
             QUANTIFIER,

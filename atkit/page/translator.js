@@ -43,7 +43,14 @@
       throw new Error("this browser has no DecompressionStream (Chromium 80+, Firefox 113+, Safari 16.4+)");
     }
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
-    return new Uint8Array(await new Response(stream).arrayBuffer());
+    const out = new Uint8Array(await new Response(stream).arrayBuffer());
+    // a zlib stream ends in the Adler-32 of what it holds: bytes after it (which
+    // Chromium refuses, and Node's DecompressionStream passes over) end otherwise
+    let a = 1, b = 0;
+    for (let i = 0; i < out.length; i++) { a = (a + out[i]) % 65521; b = (b + a) % 65521; }
+    const n = bytes.length, tail = ((bytes[n - 4] << 24) | (bytes[n - 3] << 16) | (bytes[n - 2] << 8) | bytes[n - 1]) >>> 0;
+    if (n < 4 || tail !== ((b << 16) | a) >>> 0) throw new Error("the deflated data has bytes after its end");
+    return out;
   }
 
   // ------------------------------------------------------------------ protobuf
@@ -121,6 +128,10 @@
         if (t === UNKNOWN) this.unkId = i;
       });
       if (this.unkId < 0) throw new Error("sentencepiece model: no <unk> piece");
+      // The most U+2581 (word starts) one piece holds; Infinity when U+2581 is no piece
+      // of its own (then runs of unknown pieces, which merge, may hold several).
+      this.spacesPerPiece = !this.normal.has(SPACE) ? Infinity
+        : Math.max(1, ...[...this.normal.keys()].map((p) => p.split(SPACE).length - 1));
     }
 
     pieceToId(p) {
@@ -250,15 +261,92 @@
   }
 
   // ------------------------------------------------------------------ spaCy
+  class TooManyTokens extends Error {}
+
+  // The top-level alternatives of a pattern of the schema's grammar, each with the
+  // most characters it can match (Infinity: a repetition without bound); out.behind:
+  // the most characters a lookbehind of it reads.
+  function alternatives(src) {
+    const out = [];
+    out.behind = 0;
+    let depth = 0, start = 0, width = 0, groupWidths = [], alt = [], last = 0, i = 0;
+    const atom = (w) => { last = w; width += w; };
+    while (i < src.length) {
+      const c = src[i];
+      if (c === "\\") {
+        const m = /^\\(u\{[0-9a-fA-F]+\}|u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|p\{[A-Za-z]+\}|[\s\S])/.exec(src.slice(i, i + 12));
+        atom(1); i += m[0].length; continue;
+      }
+      if (c === "[") {
+        let j = i + 1;
+        if (src[j] === "^") j++;
+        if (src[j] === "]") j++;
+        while (j < src.length && src[j] !== "]") j += src[j] === "\\" ? 2 : 1;
+        atom(1); i = j + 1; continue;
+      }
+      if (c === "(") {
+        const look = /^\(\?<?[=!]/.test(src.slice(i, i + 4)), behind = look && src[i + 2] === "<";
+        groupWidths.push({ width, alt, look, behind });
+        width = 0; alt = []; depth++;
+        i += look ? (src[i + 2] === "<" ? 4 : 3) : src.startsWith("(?:", i) ? 3 : 1;
+        continue;
+      }
+      if (c === ")") {
+        const inner = Math.max(width, ...alt), g = groupWidths.pop();
+        if (g.behind) out.behind = Math.max(out.behind, inner);
+        width = g.width; alt = g.alt; depth--;
+        atom(g.look ? 0 : inner); i++; continue;
+      }
+      if (c === "|") {
+        if (depth === 0) { out.push({ src: src.slice(start, i), width }); start = i + 1; width = 0; }
+        else { alt.push(width); width = 0; }
+        i++; continue;
+      }
+      const q = /^(?:[*+?]|\{(\d+)(?:(,)(\d*))?\})\??/.exec(src.slice(i, i + 12));
+      if (q) {
+        const times = q[0][0] === "?" ? 1 : q[0][0] === "{" ? (q[2] ? (q[3] ? Number(q[3]) : Infinity) : Number(q[1])) : Infinity;
+        width += last * times - last; i += q[0].length; continue;
+      }
+      atom(c === "^" || c === "$" ? 0 : 1);
+      if (c >= "\ud800" && c <= "\udbff") i++; // a character outside the BMP is two units
+      i++;
+    }
+    out.push({ src: src.slice(start), width });
+    return out;
+  }
+
+  // The suffix pattern as its alternatives of bounded length (one regex, and the
+  // longest match it can make) and the others (each a regex): null unless every
+  // alternative ends with $ and none holds ^ (then a window of the text's end holds
+  // every bounded match and what it can look behind at).
+  function suffixParts(src) {
+    if (!src) return null;
+    let alts;
+    try { alts = alternatives(src); } catch (e) { return null; }
+    if (alts.some((a) => !a.src.endsWith("$") || a.src.endsWith("\\$") || /(^|[^\\])\^/.test(a.src))) return null;
+    const bounded = alts.filter((a) => Number.isFinite(a.width));
+    const width = Math.max(0, ...bounded.map((a) => a.width));
+    if (!Number.isFinite(alts.behind)) return null;
+    return {
+      width, behind: alts.behind,
+      bounded: bounded.length ? new RegExp(bounded.map((a) => a.src).join("|"), "u") : null,
+      unbounded: alts.filter((a) => !Number.isFinite(a.width)).map((a) => new RegExp(a.src, "u")),
+      sticky: alts.filter((a) => !Number.isFinite(a.width)).map((a) => new RegExp(a.src, "uy")),
+    };
+  }
+
   class SpacyTokenizer {
     constructor(rules) {
       const re = (src, flags) => (src ? new RegExp(src, flags) : null);
       this.prefix = re(rules.prefix, "u");
       this.suffix = re(rules.suffix, "u");
+      this.suffixParts = suffixParts(rules.suffix);
       this.infix = re(rules.infix, "gu");
       this.url = re(rules.url, "uy"); // Python's .match: anchored at the start
       this.space = new Set(rules.whitespace);
       this.specials = new Map(Object.entries(rules.specials));
+      this.longestSpecial = Math.max(0, ...[...this.specials.keys()].map((k) => k.length));
+      this.phraseDepth = 1; // the most tokens that the special cases merge into one
       // The special-case matcher: a trie over token texts of the rules that
       // spaCy gives its PhraseMatcher (add_special_case, faster_heuristics).
       this.phrases = new Map();
@@ -266,7 +354,9 @@
         if (rules.faster_heuristics && !(this.findPrefix(text) || this.findInfix(text).length ||
             this.findSuffix(text) || text.includes(" "))) continue;
         let node = this.phrases;
-        for (const t of this.tokenizeAffixes(text, false)) {
+        const parts = this.tokenizeAffixes(text, false);
+        this.phraseDepth = Math.max(this.phraseDepth, parts.length);
+        for (const t of parts) {
           if (!node.has(t.text)) node.set(t.text, new Map());
           node = node.get(t.text);
         }
@@ -276,18 +366,83 @@
 
     isSpace(c) { return this.space.has(c); }
     findPrefix(s) { const m = this.prefix && this.prefix.exec(s); return m ? m[0].length : 0; }
-    findSuffix(s) { const m = this.suffix && this.suffix.exec(s); return m ? m[0].length : 0; }
+    // The suffix regex's match (Python's re.search): every alternative ends with $, so
+    // any match runs to the end and the leftmost start decides. The alternatives of
+    // bounded length are searched in the text's last few characters only, the others
+    // in all of it: a search costs about the length of the suffix, not of the text
+    // (a span of 100,000 characters with an affix at each end no longer takes a
+    // search over all of it per affix).
+    findSuffix(s, memo) {
+      if (!this.suffix) return 0;
+      const parts = this.suffixParts;
+      if (!parts || s.length <= 2 * (parts.width + parts.behind) + 2) {
+        const m = this.suffix.exec(s);
+        return m ? m[0].length : 0;
+      }
+      // UTF-16 units: two per character, and the characters a lookbehind reads
+      let from = s.length - 2 * (parts.width + parts.behind);
+      if (from > 0 && s.charCodeAt(from) >= 0xdc00 && s.charCodeAt(from) <= 0xdfff) from--;
+      const near = parts.bounded && parts.bounded.exec(s.slice(from));
+      return Math.max(near ? near[0].length : 0, this.farSuffix(s, memo));
+    }
+
+    // The longest match of the unbounded alternatives (the leftmost: all end at the
+    // end). memo: the last search's { len, best } when `s` is that search's text less
+    // some characters at its front (splitAffixes took a prefix only): a start `near`
+    // or more units into `s` sees what it saw then (a lookbehind reads at most
+    // parts.behind characters), so only the starts before it are tried anew, unless
+    // the last match started before them.
+    farSuffix(s, memo) {
+      const parts = this.suffixParts, near = Math.max(1, 2 * parts.behind);
+      let best = -1;
+      if (memo && memo.len >= s.length) {
+        if (memo.best === 0 || s.length - memo.best >= near) {
+          best = memo.best;
+          for (let i = 0; i < near && i < s.length; i++) {
+            const c = s.charCodeAt(i);
+            if (c >= 0xdc00 && c <= 0xdfff) continue; // the second half of a character
+            for (const re of parts.sticky) {
+              re.lastIndex = i;
+              if (re.test(s)) best = Math.max(best, s.length - i);
+            }
+          }
+        }
+      }
+      if (best < 0) {
+        best = 0;
+        for (const re of parts.unbounded) {
+          const m = re.exec(s);
+          if (m && m[0].length > best) best = m[0].length;
+        }
+      }
+      if (memo) { memo.len = s.length; memo.best = best; }
+      return best;
+    }
     findInfix(s) { return this.infix ? [...s.matchAll(this.infix)] : []; }
     urlMatch(s) { if (!this.url) return false; this.url.lastIndex = 0; return this.url.test(s); }
 
-    // Tokenizer.__call__: the tokens' texts, whitespace tokens included.
-    tokenize(text) {
-      return this.applySpecialCases(this.tokenizeAffixes(text, true)).map((t) => t.text);
+    // Tokenizer.__call__: the tokens' texts, whitespace tokens included. `cap`: a
+    // TooManyTokens error as soon as the affixes and spans make more than `cap` tokens
+    // of text that is not whitespace (before the special cases merge some), so that a
+    // text far longer than a model reads is refused in time linear in its length.
+    tokenize(text, cap = Infinity) {
+      this.cap = cap;
+      this.made = 0;
+      try {
+        return this.applySpecialCases(this.tokenizeAffixes(text, true)).map((t) => t.text);
+      } finally {
+        this.cap = Infinity;
+      }
     }
 
     // Part 3's tokenize_all: the tokens that are not whitespace.
-    words(text) {
-      return this.tokenize(text).filter((t) => ![...t].every((c) => this.isSpace(c)));
+    words(text, cap) {
+      return this.tokenize(text, cap).filter((t) => ![...t].every((c) => this.isSpace(c)));
+    }
+
+    count(n) {
+      this.made += n;
+      if (this.made > this.cap) throw new TooManyTokens(`more than ${this.cap} tokens`);
     }
 
     // Tokenizer._tokenize_affixes: split on whitespace (a single ' ' is no token).
@@ -311,11 +466,13 @@
     }
 
     pushSpecial(tokens, text) {
-      for (const t of this.specials.get(text)) tokens.push({ text: t, spacy: false });
+      for (const t of this.specials.get(text)) { this.count(1); tokens.push({ text: t, spacy: false }); }
     }
 
+    isSpecial(s) { return s.length <= this.longestSpecial && this.specials.has(s); }
+
     tokenizeSpan(span, tokens, withSpecial) {
-      if (withSpecial && this.specials.has(span)) { this.pushSpecial(tokens, span); return; }
+      if (withSpecial && this.isSpecial(span)) { this.pushSpecial(tokens, span); return; }
       const prefixes = [], suffixes = [];
       const core = this.splitAffixes(span, prefixes, suffixes, withSpecial);
       this.attachTokens(tokens, core, prefixes, suffixes, withSpecial);
@@ -323,8 +480,9 @@
 
     // Tokenizer._split_affixes
     splitAffixes(string, prefixes, suffixes, withSpecial) {
-      const special = (s) => withSpecial && this.specials.has(s);
+      const special = (s) => withSpecial && this.isSpecial(s);
       let lastSize = 0;
+      const memo = { len: -1, best: 0 }; // findSuffix's, while only prefixes go
       while (string && string.length !== lastSize) {
         if (special(string)) break;
         lastSize = string.length;
@@ -333,19 +491,20 @@
         if (preLen !== 0) {
           prefix = string.slice(0, preLen);
           minusPre = string.slice(preLen);
-          if (minusPre && special(minusPre)) { string = minusPre; prefixes.push(prefix); break; }
+          if (minusPre && special(minusPre)) { string = minusPre; prefixes.push(prefix); this.count(1); break; }
         }
-        const sufLen = this.findSuffix(string.slice(preLen));
+        const sufLen = this.findSuffix(string.slice(preLen), memo);
         if (sufLen !== 0) {
           suffix = string.slice(string.length - sufLen);
           minusSuf = string.slice(0, string.length - sufLen);
-          if (minusSuf && special(minusSuf)) { string = minusSuf; suffixes.push(suffix); break; }
+          if (minusSuf && special(minusSuf)) { string = minusSuf; suffixes.push(suffix); this.count(1); break; }
         }
+        if (sufLen) memo.len = -1; // a suffix goes (or may): the end moves
         if (preLen && sufLen && preLen + sufLen <= string.length) {
           string = string.slice(preLen, string.length - sufLen);
-          prefixes.push(prefix); suffixes.push(suffix);
-        } else if (preLen) { string = minusPre; prefixes.push(prefix); }
-        else if (sufLen) { string = minusSuf; suffixes.push(suffix); }
+          prefixes.push(prefix); this.count(1); suffixes.push(suffix); this.count(1);
+        } else if (preLen) { string = minusPre; prefixes.push(prefix); this.count(1); }
+        else if (sufLen) { string = minusSuf; suffixes.push(suffix); this.count(1); }
       }
       return string;
     }
@@ -353,23 +512,24 @@
     // Tokenizer._attach_tokens
     attachTokens(tokens, string, prefixes, suffixes, withSpecial) {
       const push = (text) => tokens.push({ text, spacy: false });
+      const pushNew = (text) => { this.count(1); push(text); }; // prefixes and suffixes: counted
       prefixes.forEach(push);
       if (string) {
-        if (withSpecial && this.specials.has(string)) this.pushSpecial(tokens, string);
-        else if (this.urlMatch(string)) push(string);
+        if (withSpecial && this.isSpecial(string)) this.pushSpecial(tokens, string);
+        else if (this.urlMatch(string)) pushNew(string);
         else {
           const matches = this.findInfix(string);
-          if (!matches.length) push(string);
+          if (!matches.length) pushNew(string);
           else {
             let start = 0;
             for (const m of matches) {
               const a = m.index, b = m.index + m[0].length;
               if (a === 0) continue; // an infix at the very start is no split
-              if (a !== start) push(string.slice(start, a));
-              if (a !== b) push(string.slice(a, b));
+              if (a !== start) pushNew(string.slice(start, a));
+              if (a !== b) pushNew(string.slice(a, b));
               start = b;
             }
-            if (string.slice(start)) push(string.slice(start));
+            if (string.slice(start)) pushNew(string.slice(start));
           }
         }
       }
@@ -892,16 +1052,25 @@
     // The notebook's Translator before decoding: spaCy tokens, BPE ids, framed.
     source(text) {
       if (typeof text !== "string") throw new InputError("the input must be text");
-      const words = this.tokenizer.words(text);
+      const limit = this.model.maxLen - 2;
+      const tooLong = (pieces) => new InputError(`The text is ${pieces} subword pieces long; this model reads ` +
+        `at most ${limit} (its positional encoding covers ${this.model.maxLen} positions, <s> and </s> ` +
+        "included). Split it into sentences.");
+      // Each word's U+2581 lies in a piece that holds at most spacesPerPiece of them, and
+      // the special cases make one word of at most phraseDepth tokens; whitespace tokens
+      // are at most one more than the others: past `cap` tokens, more than `limit` pieces.
+      const cap = 2 * (limit * this.bpe.spacesPerPiece + 1) * this.tokenizer.phraseDepth + 1;
+      let words;
+      try {
+        words = this.tokenizer.words(text, cap);
+      } catch (err) {
+        if (err instanceof TooManyTokens) throw tooLong(`more than ${limit}`);
+        throw err;
+      }
       if (!words.length) throw new InputError("Nothing to translate: type a sentence first.");
       const joined = words.join(" ");
       const pieces = this.bpe.encodePieces(joined), ids = pieces.map(([, id]) => id);
-      const limit = this.model.maxLen - 2;
-      if (ids.length > limit) {
-        throw new InputError(`The text is ${ids.length} subword pieces long; this model reads at most ` +
-                             `${limit} (its positional encoding covers ${this.model.maxLen} positions, ` +
-                             "<s> and </s> included). Split it into sentences.");
-      }
+      if (ids.length > limit) throw tooLong(ids.length);
       const unknown = pieces.filter(([, id]) => id === this.bpe.unkId).map(([p]) => p);
       return { words, ids, src: [BOS, ...ids, EOS], unknown };
     }
@@ -1324,11 +1493,12 @@
   // runs the file as a script: the browser lets it read no file's bytes there).
   function textOfObject(object) {
     const fields = ["direction", "sha256", "meta", "data"];
-    if (!object || typeof object !== "object" || fields.some((f) => typeof object[f] !== "string")) {
-      throw damaged("it does not store a model file's object");
-    }
-    if (object.format !== FORMAT) {
+    if (object && typeof object === "object" && Number.isInteger(object.format) && object.format !== FORMAT) {
       throw new ModelFileError("format", `format ${object.format}, this code reads ${FORMAT} (a file whose hash covers every byte)`);
+    }
+    if (!object || typeof object !== "object" || object.format !== FORMAT ||
+        fields.some((f) => typeof object[f] !== "string")) {
+      throw damaged("it does not store a model file's object");
     }
     return headerLine(object.direction) + statementStart(object.direction) + object.sha256 + META +
       JSON.stringify(object.meta) + DATA + object.data + END;
