@@ -479,6 +479,9 @@ def js_regex_compiles(source: str) -> bool:
     error in both); the grammar keeps out what the two read differently."""
     import warnings
 
+    if not isinstance(source, str):
+        return True  # a format speaks of strings only; `type` checks the rest
+
     def python(m):
         if m[2] is not None:
             return (
@@ -518,7 +521,9 @@ def _repeated_lookahead(source: str) -> bool:
     return False
 
 
-def _base64(value: str) -> bool:
+def _base64(value) -> bool:
+    if not isinstance(value, str):
+        return True
     return _BASE64.fullmatch(value) is not None and len(value) % 4 == 0
 
 
@@ -569,11 +574,12 @@ def _error_words(err) -> str:
         "minProperties": f"must have at least {want} fields",
         "maxProperties": f"must have at most {want} fields",
         "pattern": "is not of the form the exporter writes",
-        "format": {
+    }
+    if key == "format":
+        words[key] = {
             "js-regex": "is not a pattern the page can compile",
             "base64": "is not base64",
-        }.get(want, f"is not {want}"),
-    }
+        }.get(want, f"is not {want}")
     return f"{where}={_short(value)}: {words.get(key, err.message)}"
 
 

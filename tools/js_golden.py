@@ -1,6 +1,7 @@
 """Golden files for the JavaScript unit tests (tests/js/*.test.js, `make test-js`):
 small fixed inputs and what the notebook's own Python code makes of them, so that
-Node can check atkit/page/translator.js and atkit/page/attention_view.js without a browser.
+Node can check atkit/page/translator.js and atkit/page/attention_view.js without a
+browser.
 
     python -m tools.js_golden           # write tests/js/golden/ (make js-golden)
     python -m tools.js_golden --check   # exit 1 if a committed file differs
