@@ -526,14 +526,17 @@ def test_conflict_markers_and_appended_text_are_refused_by_every_reader(
     tmp_path, capsys
 ):
     """issue 69: git's conflict markers around the statement passed `export_model
-    --page-only` and `load_exported`; text appended after it passed both checks.
-    Both are damaged now, with what to do, exit 2, no traceback."""
+    --page-only` and `load_exported`; text appended after it passed both checks; a
+    manifest without searches ended in "unexpected; report it". All are damaged now,
+    with what to do (git checkout for a committed file), exit 2, no traceback."""
     folder = tmp_path / "translate"
     folder.mkdir()
     good = GOLDEN_MODEL.read_text(encoding="ascii")
+    no_searches = next(c for c in HOSTILE if c["name"] == "no searches")
     for bad, words in (
         (f"<<<<<<< HEAD\n{good}=======\n{good}>>>>>>> theirs\n", "conflict markers"),
         (good + "document.title='PWNED';\n", "does not end where its statement does"),
+        (hostile_text(no_searches), "manifest.searches is missing"),  # was "unexpected"
     ):
         (folder / "de-en.js").write_text(bad, encoding="ascii")
         status = errors.run_main(

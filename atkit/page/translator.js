@@ -995,7 +995,11 @@
       const r = gen.next();
       if (r.done) return r.value;
       if (performance.now() - start > sliceMs) {
-        await new Promise((res) => { const c = new MessageChannel(); c.port1.onmessage = () => res(); c.port2.postMessage(0); });
+        await new Promise((res) => {
+          const c = new MessageChannel(); // closed once used: an open port keeps Node running
+          c.port1.onmessage = () => { c.port1.close(); res(); };
+          c.port2.postMessage(0);
+        });
         start = performance.now();
       }
     }

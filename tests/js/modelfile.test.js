@@ -137,9 +137,10 @@ test("100,000 characters through the API take well under two seconds, whatever t
   }
   // the tokenizer alone, without the API's early stop, grows with the length, not
   // with its square: ten times the text takes less than thirty times the time
-  const time = (text) => { const t0 = performance.now(); tr.tokenizer.words(text); return performance.now() - t0; };
+  const once = (text) => { const t0 = performance.now(); tr.tokenizer.words(text); return performance.now() - t0; };
+  const time = (text) => Math.min(once(text), once(text), once(text)); // the least of three
   for (const unit of ["(", "😀", "'", " a"]) {
     const small = time(unit.repeat(2000)), large = time(unit.repeat(20000));
-    assert.ok(large < 30 * Math.max(small, 5), `${JSON.stringify(unit)}: ${small.toFixed(0)} ms, then ${large.toFixed(0)} ms`);
+    assert.ok(large < 30 * Math.max(small, 10), `${JSON.stringify(unit)}: ${small.toFixed(0)} ms, then ${large.toFixed(0)} ms`);
   }
 });
