@@ -269,7 +269,8 @@
   function alternatives(src) {
     const out = [];
     out.behind = 0;
-    let depth = 0, start = 0, width = 0, groupWidths = [], alt = [], last = 0, i = 0;
+    const groupWidths = [];
+    let depth = 0, start = 0, width = 0, alt = [], last = 0, i = 0;
     const atom = (w) => { last = w; width += w; };
     while (i < src.length) {
       const c = src[i];
