@@ -28,7 +28,7 @@ export AT_PRESET := $(value PRESET)
 PRESET_ARG := --preset "$$AT_PRESET"
 endif
 
-.PHONY: help setup check-preset run execute exercises readme page figures test test-fast test-js js-golden pytest lint format sync export train seeds bench precision freeze clean
+.PHONY: help setup check-preset run execute exercises readme page figures test test-fast test-js js-golden schema pytest lint format sync export train seeds bench precision freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
@@ -44,6 +44,7 @@ help:
 	@echo "             eslint on the JavaScript too (installs node_modules from package-lock.json)"
 	@echo "make test-js - the JavaScript unit tests (node --test tests/js/), against tests/js/golden/"
 	@echo "make js-golden - write tests/js/golden/ again from the notebook's code (tools/js_golden.py)"
+	@echo "make schema - write the model file's schema, atkit/page/model_schema.json (tools/model_schema.py)"
 	@echo "make train PRESET=cpu   - train Part 3's model outside Jupyter (results/<preset>-multi30k.json)"
 	@echo "make seeds PRESET=cpu   - Part 3's and Part 4's models with seeds 0 1 2 (runs/seed-spread-<preset>.json)"
 	@echo "make bench              - didactic vs fast training step: tokens/s, FLOP/s, memory (MFU on a GPU)"
@@ -112,7 +113,7 @@ lint: setup $(NODE_STAMP)
 	$(PY) -m ruff format --check . $(NB).ipynb $(EX).ipynb
 	node_modules/.bin/eslint .
 
-# The JavaScript of the pages (atkit/translator.js, atkit/attention_view.js) on Node's
+# The JavaScript of the pages (atkit/page/translator.js, atkit/page/attention_view.js) on Node's
 # own test runner, against golden files the notebook's Python code writes (js-golden;
 # tests/test_js_golden.py fails when they are stale). Needs nothing from npm.
 test-js:
@@ -120,6 +121,12 @@ test-js:
 
 js-golden: export
 	$(PY) -m tools.js_golden
+
+# The model file's schema (atkit/page/model_schema.json), which Python and the page
+# check a model file against; its search options' bounds come from the notebook's
+# SEARCHES (tests/test_translate.py fails when it is stale).
+schema: export
+	$(PY) -m tools.model_schema
 
 format: setup
 	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md $(EX).md

@@ -1,7 +1,7 @@
 // eslint for every JavaScript file of the repository (make lint runs it): the
-// browser scripts (atkit/*.js, tools/page/*.js), the inline scripts of the page
-// templates (tools/page/*.html, through the processor below), the Node scripts and
-// tests. eslint's recommended rules (unused variables, undefined names, unreachable
+// browser scripts (atkit/page/*.js: the pages' code is in that one folder), the inline
+// scripts of the page templates (atkit/page/*.html, through the processor below), the
+// Node scripts and tests. eslint's recommended rules (unused variables, undefined names, unreachable
 // code...), and a few more that catch real mistakes: == instead of ===, var, a let
 // never reassigned, an implicit global, a callback of map that returns nothing, a
 // loop whose condition never changes, eval and its relatives.
@@ -51,27 +51,28 @@ export default [
   // tests/js/golden/ the model file that tools/js_golden.py writes
   { ignores: ["build/", "docs/", "node_modules/", ".venv/", "runs/", "tests/js/golden/"] },
   {
-    files: ["atkit/*.js", "tools/page/*.js"],
+    files: ["atkit/page/*.js"],
     languageOptions: {
       ecmaVersion: 2022,
       sourceType: "script",
-      // module: the files export their API to Node when it loads them (tests/js)
-      globals: { ...globals.browser, module: "readonly" },
+      // module, require: the files export their API to Node when it loads them
+      // (tests/js), and the translator reads its schema there with require
+      globals: { ...globals.browser, module: "readonly", require: "readonly" },
     },
     rules,
   },
   {
     // the global function the view's script defines, for the pages that call it
-    files: ["atkit/attention_view.js"],
+    files: ["atkit/page/attention_view.js"],
     rules: { "no-implicit-globals": "off" },
   },
   {
-    files: ["tools/page/*.html"],
+    files: ["atkit/page/*.html"],
     plugins: { page: { processors: { inline: inlineScripts } } },
     processor: "page/inline",
   },
   {
-    files: ["tools/page/*.html/*.js"],
+    files: ["atkit/page/*.html/*.js"],
     languageOptions: {
       ecmaVersion: 2022,
       sourceType: "script",

@@ -9,8 +9,8 @@ reader picks sentence, kind, layer and head, or the average of the heads. Hoveri
 tapping a cell or a row's word lists that query's weights, sorted, under the map; a
 column's word, the weights on that key; a click pins it; the keyboard moves a cursor
 over the map. The output is one HTML fragment: markup, a small inline script
-(`attention_view.js`) and style (`attention_view.css`) read from this package, and
-the weights quantised to bytes, deflated and base64-encoded in a JSON element. It
+(`page/attention_view.js`) and style (`page/attention_view.css`) read from this package,
+and the weights quantised to bytes, deflated and base64-encoded in a JSON element. It
 needs no server, no CDN and no require.js, so the same text works as a Jupyter or Colab
 output (`_repr_html_`) and on the rendered page; several views on one page are
 independent (one unique id each, no global names).
@@ -70,7 +70,7 @@ _SHAPE_TEXT = {
     "decoder": "(N, h, T, T)",
     "cross": "(N, h, T, S)",
 }
-_HERE = Path(__file__).resolve().parent
+_HERE = Path(__file__).resolve().parent / "page"  # the pages' code
 _DATA_RE = re.compile(
     r'<script type="application/json" class="atv-data">(.*?)</script>', re.DOTALL
 )

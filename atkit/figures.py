@@ -19,7 +19,8 @@ IMAGES = Path(__file__).resolve().parents[1] / "images"
 # across the 900 px column, and its 7 pt labels at 11.7 px.
 PAGE_PX_PER_IN = 120
 # One colour map for attention weights everywhere: the static heatmaps here and the
-# interactive view of atkit/attention_view.js (its RAMP samples matplotlib's "Blues").
+# interactive view of atkit/page/attention_view.js (its RAMP samples matplotlib's
+# "Blues").
 ATTENTION_CMAP = "Blues"
 # What every plot of the notebook is drawn with (use_page_style).
 PLOT_STYLE = {

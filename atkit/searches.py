@@ -1,7 +1,11 @@
 """A decoding method as a record: its function and its options, each with a default
-and bounds. The notebook's SEARCHES maps names to such records; `make_search`, the
-command line (`tools.train --search NAME --search-set KEY=VALUE`), the exported
-manifest and the page read the options from here, so no program keeps its own list.
+and bounds. The notebook's SEARCHES maps names to such records; `make_search` and the
+command line (`tools.train --search NAME --search-set KEY=VALUE`) read the options from
+here. The page implements two of the searches, greedy and beam: that list is one
+tuple, tools/model_schema.py's PAGE_SEARCHES, which writes them with their options'
+bounds from these records into the model file's schema (atkit/page/model_schema.json);
+the exported manifest (tools.export_model) and the page's translator read both from
+the schema, and keep no list of their own.
 
 A search function is called as `decode(model, src, src_mask, max_len, start_symbol,
 end_symbol, stepper=..., **options)` and returns (B, <= max_len) token ids, each row

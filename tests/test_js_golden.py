@@ -1,11 +1,11 @@
 """The golden files of the JavaScript unit tests (tests/js/golden/, written by
 tools/js_golden.py) are what the notebook's code gives now.
 
-tests/js/*.test.js (`make test-js`, Node's own test runner) check atkit/translator.js
-and atkit/attention_view.js against these files; a change of the notebook's tokenizer,
-BPE, decoding, of the export format or of the attention view's spec that the committed
-files do not show fails here, so they cannot go stale. The fix: `make js-golden`, then
-`make test-js`.
+tests/js/*.test.js (`make test-js`, Node's own test runner) check
+atkit/page/translator.js and atkit/page/attention_view.js against these files; a change
+of the notebook's tokenizer, BPE, decoding, of the export format or of the attention
+view's spec that the committed files do not show fails here, so they cannot go stale.
+The fix: `make js-golden`, then `make test-js`.
 """
 
 from __future__ import annotations

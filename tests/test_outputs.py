@@ -226,7 +226,7 @@ RENDER = "python -m tools.render_page"
         (lambda t, nb: _soft(t / "page.html", nb), ["same file as --notebook"]),
         (lambda t, nb: nb.with_suffix(".md"), ["the notebook's source"]),
         (
-            lambda t, nb: _soft(t / "page.html", ROOT / "tools/page/style.css"),
+            lambda t, nb: _soft(t / "page.html", ROOT / "atkit/page/style.css"),
             ["the page's own", "style.css"],
         ),
     ],
@@ -241,7 +241,7 @@ def test_render_page_never_writes_over_the_notebook(
     md = nb.with_suffix(".md")
     md.write_text("# the source\n")
     out = make(tmp_path, nb)
-    before = snapshot(nb, md, ROOT / "tools/page/style.css")
+    before = snapshot(nb, md, ROOT / "atkit/page/style.css")
     monkeypatch.setattr("tools.render_page.render_html", must_not_run)
     argv = ["--notebook", str(nb), "--out", str(out)]
     assert guarded(render_page.main, RENDER, argv) == 2
@@ -249,7 +249,7 @@ def test_render_page_never_writes_over_the_notebook(
     assert f"--out {out}" in line, line
     for word in words:
         assert word in line, line
-    assert snapshot(nb, md, ROOT / "tools/page/style.css") == before
+    assert snapshot(nb, md, ROOT / "atkit/page/style.css") == before
 
 
 def test_render_page_writes_through_a_link_into_its_target(tmp_path):

@@ -1,7 +1,7 @@
 """The blog page: render an executed notebook and check it in headless Chromium.
 
 Each page is rendered into a temporary folder by tools/render_page.py (nbconvert with
-the template tools/page/templates/atpage) and opened from file:// in Debian's Chromium
+the template atkit/page/templates/atpage) and opened from file:// in Debian's Chromium
 (driven by Playwright, which never downloads a browser here). A page passes when every
 formula is typeset (no KaTeX error, one rendered formula per math span of the
 notebook), every <img> has loaded, no request leaves file:// (data: URIs are fine), no

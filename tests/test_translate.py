@@ -1,5 +1,6 @@
 """The model in the reader's hands: the exported file (atkit/export.py), the page that
-translates with it (docs/translate.html, atkit/translator.js) and the notebook's loader.
+translates with it (docs/translate.html, atkit/page/translator.js) and the notebook's
+loader.
 
 A small model of the `ci` preset (shared BPE, tie='all') is trained once, exported with
 tools/export_model.py into a temporary folder, and its page is opened in headless
@@ -14,6 +15,7 @@ printed, never asserted.
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import json
 import random
@@ -31,9 +33,12 @@ torch = lazy("torch")
 export = lazy("atkit.export")
 export_model = lazy("tools.export_model")
 js_golden = lazy("tools.js_golden")
+translate_page = lazy("atkit.page.translate")
+model_schema = lazy("tools.model_schema")
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+GOLDEN_MODEL = ROOT / "tests" / "js" / "golden" / "de-en.js"  # its BPE: 160 pieces
 SPLIT = "test_2016_flickr"
 N_GREEDY = 100  # test sentences translated in the page and by PyTorch
 N_BEAM = 20
@@ -285,9 +290,43 @@ def test_pack_keeps_tied_matrices_once_and_rows_within_half_a_step():
 
 
 TINY_CONFIG = {
-    "model": {"N": 1, "d_model": 4, "d_ff": 6, "h": 2, "norm": "pre"},
+    "model": {
+        "N": 1,
+        "d_model": 4,
+        "d_ff": 6,
+        "h": 2,
+        "norm": "pre",
+        "tie": "all",
+        "max_len": 16,
+    },
     "vocab": "bpe",
     "bpe_size": 5,
+    "src_lang": "de",
+}
+TINY_MANIFEST = {
+    "what": "a tiny model",
+    "preset": "ci",
+    "machine": "none",
+    "torch": "none",
+    "run": "none",
+    "best_step": 0,
+    "n_avg": 1,
+    "averaged_steps": [0],
+    "searches": {"greedy": {}, "beam": {"beam_size": 4, "alpha": 0.6}},
+    "max_extra": 50,
+    "quant": "int8",
+    "config": TINY_CONFIG,
+}
+TINY_SPACY = {
+    "spacy": "3",
+    "lang": "de",
+    "prefix": "^a",
+    "suffix": "b$",
+    "infix": None,
+    "url": None,
+    "faster_heuristics": True,
+    "specials": {},
+    "whitespace": " ",
 }
 
 
@@ -296,8 +335,8 @@ def tiny_model_js(manifest=None, state=None) -> str:
     torch.manual_seed(0)
     shapes = export.expected_shapes(TINY_CONFIG)
     state = state or {name: torch.randn(shape) for name, shape in shapes.items()}
-    manifest = manifest or {"x": 1, "config": TINY_CONFIG}
-    return export.model_js("de-en", manifest, state, b"proto", {"r": 2}, [["a", "b"]])
+    manifest = manifest or TINY_MANIFEST
+    return export.model_js("de-en", manifest, state, b"proto", TINY_SPACY, [["a", "b"]])
 
 
 def test_model_file_round_trip_and_damage(tmp_path):
@@ -306,8 +345,8 @@ def test_model_file_round_trip_and_damage(tmp_path):
     assert export.write_if_changed(path, text)
     assert not export.write_if_changed(path, text), "the same content: not rewritten"
     ex = export.read_model(path)
-    assert ex.manifest == {"x": 1, "config": TINY_CONFIG} and ex.spm_proto == b"proto"
-    assert ex.spacy == {"r": 2} and ex.detokenize == [["a", "b"]]
+    assert ex.manifest == TINY_MANIFEST and ex.spm_proto == b"proto"
+    assert ex.spacy == TINY_SPACY and ex.detokenize == [["a", "b"]]
     assert set(ex.state_dict) == set(export.expected_shapes(TINY_CONFIG))
     assert export.read_manifest(path) == ("de-en", ex.manifest)
     path.write_text(text.replace('"data":"', '"data":"AAAA'))
@@ -322,21 +361,23 @@ def test_model_file_round_trip_and_damage(tmp_path):
 
 def edited(text: str, edit) -> str:
     """A model file's text with `edit(meta)` applied to its meta, its hash kept."""
-    match = export._STATEMENT.search(text)
-    obj = json.loads(match.group(2))
-    meta = json.loads(obj["meta"])
+    direction, meta_text, data, meta = export.parse_model_text(text.encode())
     edit(meta)
-    obj["meta"] = json.dumps(meta, ensure_ascii=True, separators=(",", ":"))
-    body = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
-    return text[: match.start(2)] + body + text[match.end(2) :]
+    new = export.file_text(direction, _meta_text(meta), data)
+    at = new.index('"sha256":"') + 10
+    old_sha = text[text.index('"sha256":"') + 10 :][:64]
+    return new[:at] + old_sha + new[at + 64 :]
+
+
+def _meta_text(meta: dict) -> str:
+    return json.dumps(meta, ensure_ascii=True, separators=(",", ":"))
 
 
 def rehashed(text: str) -> str:
-    """A model file's text with its hash made to match its content again."""
-    match = export._STATEMENT.search(text)
-    obj = json.loads(match.group(2))
-    meta = {k: v for k, v in json.loads(obj["meta"]).items()}
-    return export.wrap(obj["direction"], meta, obj["data"])
+    """A model file's text with its hash made to match the rest of it again."""
+    at = text.index('"sha256":"') + 10
+    rest = (text[:at] + text[at + 64 :]).encode("latin-1")
+    return text[:at] + hashlib.sha256(rest).hexdigest() + text[at + 64 :]
 
 
 def set_bleu(meta):
@@ -367,14 +408,163 @@ def test_a_model_file_carries_its_hash_and_a_changed_one_is_damaged(tmp_path):
     with pytest.raises(export.ExportError, match="do not fit its manifest's settings"):
         export.read_model(path)
     with pytest.raises(ValueError, match="do not fit the manifest's settings"):
-        manifest = {"config": {**TINY_CONFIG, "bpe_size": 6}}
+        manifest = {**TINY_MANIFEST, "config": {**TINY_CONFIG, "bpe_size": 6}}
         tiny_model_js(manifest=manifest)
-    # an older file, without a hash
-    body = export._STATEMENT.search(text).group(2)
-    v1 = {"format": 1, "direction": "de-en", **json.loads(json.loads(body)["meta"])}
-    path.write_text(text.replace(body, json.dumps(v1)))
-    with pytest.raises(export.ExportError, match="format 1"):
+    with pytest.raises(ValueError, match="would break its schema: manifest.max_extra"):
+        tiny_model_js(manifest={**TINY_MANIFEST, "max_extra": -1})
+    # an older file, whose hash covered its JSON only
+    path.write_text(text.replace('"format":3', '"format":2', 1))
+    with pytest.raises(export.ExportError, match="format 2, this code reads 3"):
         export.read_model(path)
+
+
+# ------------------------------------------ the hostile files both readers refuse
+
+HOSTILE = json.loads((ROOT / "tests" / "js" / "hostile_model_files.json").read_text())
+SHA_FIELD = '"sha256":"'
+
+
+def _at(meta, where):
+    for key in where[:-1]:
+        meta = meta[key]
+    return meta, where[-1]
+
+
+def hostile_text(case: dict) -> str:
+    """The golden model file edited by the steps of a hostile case (as
+    tests/js/modelfile.test.js edits it for the page's reader)."""
+    text = GOLDEN_MODEL.read_text(encoding="ascii")
+    if "meta" in case:
+        direction, _, data, meta = export.parse_model_text(text.encode())
+        for op, where, *value in case["meta"]:
+            parent, key = _at(meta, where)
+            if op == "set":
+                if isinstance(parent, list) and key == len(parent):
+                    parent.append(value[0])
+                else:
+                    parent[key] = value[0]
+            elif op == "add":
+                parent[key] += value[0]
+            else:
+                del parent[key]
+        return export.file_text(direction, _meta_text(meta), data)
+    sha_at = text.index(SHA_FIELD) + len(SHA_FIELD)
+    for op, *args in case["text"]:
+        if op == "append":
+            text += args[0]
+        elif op == "prepend":
+            text = args[0] + text
+        elif op == "conflict":
+            text = f"<<<<<<< HEAD\n{text}=======\n{text}>>>>>>> theirs\n"
+        elif op == "cut":
+            f = args[0]
+            text = text[:f] if f < 0 else text[: int(len(text) * f)]
+        elif op == "replace":
+            text = text.replace(args[0], args[1], 1)
+        elif op == "replace_all":
+            text = text.replace(args[0], args[1])
+        elif op == "set_text":
+            text = args[0]
+        elif op == "upper_sha":
+            text = (
+                text[:sha_at] + text[sha_at : sha_at + 64].upper() + text[sha_at + 64 :]
+            )
+        elif op == "flip_sha":
+            digit = "1" if text[sha_at] == "0" else "0"
+            text = text[:sha_at] + digit + text[sha_at + 1 :]
+        elif op == "cut_data":
+            text = text[: len(text) - 4 - args[0]] + text[-4:]
+        elif op == "extend_data":
+            text = text[:-4] + args[0] + text[-4:]
+        elif op == "rehash":
+            text = rehashed(text)
+        else:
+            raise AssertionError(f"unknown step {op}")
+    return text
+
+
+KINDS = {
+    "damaged": " is damaged: ",
+    "foreign": ": not a model file",
+    "format": ": format ",
+}
+
+
+def test_hostile_model_files_are_refused_as_the_page_refuses_them(tmp_path):
+    """issue 69: the cases of tests/js/hostile_model_files.json, each a golden model
+    file edited (text appended after the statement, git's conflict markers, a hash
+    made anew over a manifest the page cannot use: a beam size of "4", 0 or 100000, a
+    max_extra of -1, max_len 1e8, a pattern that does not compile, an unaligned or
+    out-of-range offset, ...). read_model says what tests/js/modelfile.test.js has
+    the page's reader say: ok, or damaged with the git checkout advice (not a
+    model file, another format), the message naming the field."""
+    docs = ROOT / "docs" / "translate"
+    wrong = []
+    for case in HOSTILE:
+        path = tmp_path / "de-en.js"
+        path.write_bytes(hostile_text(case).encode("utf-8"))
+        try:
+            export.read_model(path)
+            said = "ok"
+        except export.ExportError as err:
+            said = str(err)
+        kind = (
+            "ok"
+            if said == "ok"
+            else next((k for k, words in KINDS.items() if words in said), "unexpected")
+        )
+        if kind != case["want"] or case["words"] not in said:
+            wrong.append(f"{case['name']}: {said}")
+    assert not wrong, f"{len(wrong)} of {len(HOSTILE)}:\n" + "\n".join(wrong)
+    refused = [c for c in HOSTILE if c["want"] != "ok"]
+    assert len(refused) >= 80
+    advice = export.restore_advice(docs / "de-en.js")
+    assert advice.startswith("restore it with `git checkout docs/translate/de-en.js`")
+
+
+def test_conflict_markers_and_appended_text_are_refused_by_every_reader(
+    tmp_path, capsys
+):
+    """issue 69: git's conflict markers around the statement passed `export_model
+    --page-only` and `load_exported`; text appended after it passed both checks; a
+    manifest without searches ended in "unexpected; report it". All are damaged now,
+    with what to do (git checkout for a committed file), exit 2, no traceback."""
+    folder = tmp_path / "translate"
+    folder.mkdir()
+    good = GOLDEN_MODEL.read_text(encoding="ascii")
+    no_searches = next(c for c in HOSTILE if c["name"] == "no searches")
+    for bad, words in (
+        (f"<<<<<<< HEAD\n{good}=======\n{good}>>>>>>> theirs\n", "conflict markers"),
+        (good + "document.title='PWNED';\n", "does not end where its statement does"),
+        (hostile_text(no_searches), "manifest.searches is missing"),  # was "unexpected"
+    ):
+        (folder / "de-en.js").write_text(bad, encoding="ascii")
+        status = errors.run_main(
+            lambda: export_model.main(["--page-only", "--out", str(tmp_path)]),
+            "python -m tools.export_model",
+        )
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("error:") == 1 and "Traceback" not in err
+        assert f"{folder / 'de-en.js'} is damaged: " in err and words in err, err
+        with pytest.raises(export.ExportError, match=words):
+            export.read_model(folder / "de-en.js")
+    assert not (tmp_path / "translate.html").exists()
+
+
+def test_the_schema_is_what_the_records_give_now(lib):
+    """atkit/page/model_schema.json is what tools/model_schema.py writes from the
+    notebook's SEARCHES now: the beam size's bounds are the record's (1..MAX_BEAM),
+    and the searches are the ones the page implements."""
+    fresh = model_schema.text(lib.SEARCHES)
+    assert export.SCHEMA.read_text(encoding="utf-8") == fresh, (
+        "atkit/page/model_schema.json is stale: python -m tools.model_schema"
+    )
+    schema = json.loads(fresh)
+    beam = schema["properties"]["manifest"]["properties"]["searches"]["properties"]
+    assert list(beam) == list(model_schema.PAGE_SEARCHES)
+    bounds = beam["beam"]["properties"]["beam_size"]
+    assert (bounds["minimum"], bounds["maximum"]) == (1, lib.MAX_BEAM)
+    assert beam["beam"]["properties"]["alpha"] == {"type": "number", "minimum": 0.0}
 
 
 def test_a_missing_or_damaged_committed_model_says_git_checkout(monkeypatch):
@@ -398,7 +588,7 @@ def test_export_is_deterministic_and_refuses_docs_for_other_presets(
     assert again.read_bytes() == exported.read_bytes(), "same model, same bytes"
     page = (tmp_path / "translate.html").read_bytes()
     assert page == (exported.parent.parent / "translate.html").read_bytes()
-    assert export_model.write_page(tmp_path / "empty") is None, "no model, no page"
+    assert translate_page.write_page(tmp_path / "empty") is None, "no model, no page"
     before = {p: p.stat().st_mtime_ns for p in DOCS.rglob("*") if p.is_file()}
     with pytest.raises(export_model.UsageError, match="only the cpu preset"):
         export_model.export_run(lib, run_dir, 2, 1.0, DOCS, "ci", log=quiet)
@@ -416,8 +606,8 @@ def test_the_page_reads_only_model_files_and_names_a_bad_one(
     good = exported.read_text(encoding="utf-8")
     (folder / "de-en.js").write_text(good, encoding="utf-8")
     (folder / "de-en-backup.js").write_text(good[:1000], encoding="utf-8")
-    assert export_model.model_files(tmp_path) == [folder / "de-en.js"]
-    page = export_model.page_html(tmp_path)
+    assert translate_page.model_files(tmp_path) == [folder / "de-en.js"]
+    page = translate_page.page_html(tmp_path)
     assert "de-en-backup" not in page
     for name, text in {
         "fr-en.js": "// notes\n",
@@ -433,7 +623,7 @@ def test_the_page_reads_only_model_files_and_names_a_bad_one(
         assert status == 2 and err.count("error:") == 1, (name, err)
         assert f"{folder / name}" in err and "Traceback" not in err, (name, err)
         (folder / name).unlink()
-    assert export_model.page_html(tmp_path) == page
+    assert translate_page.page_html(tmp_path) == page
 
 
 def test_export_checks_out_before_the_long_work(lib, run_dir, tmpfs, monkeypatch):
@@ -686,6 +876,76 @@ def test_page_refuses_a_damaged_model_file(browser, exported, tmp_path, edit, wo
     assert "git checkout docs/translate/de-en.js" in status, status
 
 
+IN_BROWSER = [
+    "the file as written",
+    "a script appended after the statement",
+    "git's conflict markers around the statement",
+    "the file cut in half",
+    "beam_size 0",
+    "beam_size 100000",
+    "an unaligned offset",
+    "an offset beyond the data",
+    "max_len 1e8",
+    "spacy.prefix: an unclosed group",
+    "no searches",
+]
+
+
+def _page_status(browser, url: str, allowed: str) -> dict:
+    o = Opened(browser, url, allowed)
+    try:
+        return o.evaluate(
+            """() => ({ state: document.body.dataset.state, title: document.title,
+              status: document.getElementById('tr-status').textContent })"""
+        )
+    finally:
+        o.close()
+
+
+def test_the_page_refuses_hostile_model_files_in_chromium(browser, tmp_path):
+    """issue 69: Chromium says what Python and Node say of the hostile files
+    (tests/js/hostile_model_files.json; a selection, each a second or two). Served
+    over http the page fetches the file's bytes and never runs them: text appended
+    after the statement is damaged and does not run. Opened from disk the browser
+    lets the page read no file, only run it: a file that defines no model (git's
+    conflict markers, cut short) and every manifest the schema refuses are damaged
+    there too."""
+    cases = {c["name"]: c for c in HOSTILE}
+    root = tmp_path / "site"
+    (root / "translate").mkdir(parents=True)
+    (root / "translate" / "de-en.js").write_bytes(GOLDEN_MODEL.read_bytes())
+    translate_page.write_page(root)  # the page of the golden model
+    handler = functools.partial(QuietHandler, directory=str(root))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    served = f"http://127.0.0.1:{httpd.server_address[1]}"
+    wrong = []
+    try:
+        for name in IN_BROWSER:
+            case = cases[name]
+            text = hostile_text(case)
+            (root / "translate" / "de-en.js").write_bytes(text.encode("utf-8"))
+            ways = {"http": (f"{served}/translate.html", served)}
+            if name != "a script appended after the statement":
+                page = root / "translate.html"
+                ways["file"] = (page.as_uri(), root.as_uri())
+            for way, (url, allowed) in ways.items():
+                got = _page_status(browser, url, allowed)
+                if case["want"] == "ok":
+                    ok = got["state"] == "ready" and got["status"] == "Ready."
+                else:
+                    ok = (
+                        got["state"] == "error"
+                        and "is damaged" in got["status"]
+                        and "git checkout docs/translate/de-en.js" in got["status"]
+                    )
+                if not ok or got["title"] == "PWNED":
+                    wrong.append(f"{name} ({way}): {got}")
+    finally:
+        httpd.shutdown()
+    assert not wrong, "\n".join(wrong)
+
+
 def test_page_survives_markup_in_the_manifest(lib, run_dir, browser, tmp_path):
     """A manifest string such as a run folder named `<!--<script>` is inlined into
     the page's script as data, never read as markup: the page loads and
@@ -769,7 +1029,7 @@ def test_committed_files_fit_and_the_page_is_current():
     total = sum(p.stat().st_size for p in COMMITTED)
     assert total <= export_model.BUDGET, f"docs/translate/: {total:,} bytes"
     page = DOCS / "translate.html"
-    assert page.read_text(encoding="utf-8") == export_model.page_html(DOCS), (
+    assert page.read_text(encoding="utf-8") == translate_page.page_html(DOCS), (
         "docs/translate.html is stale: python -m tools.export_model --page-only"
     )
     for path in COMMITTED:
@@ -859,7 +1119,6 @@ def test_pretrained_switch_in_ipython():
 
 # ------------------------------------- a model exported in this process (fast tier)
 
-GOLDEN_MODEL = ROOT / "tests" / "js" / "golden" / "de-en.js"  # its BPE: 160 pieces
 SMALL = dict(N=1, d_model=16, d_ff=32, h=2, max_len=40, max_tokens=400, warmup=10)
 
 
@@ -966,7 +1225,7 @@ def test_an_exported_model_is_loaded_as_the_page_computes_with_it(
         )
     assert ex.spacy["lang"] == "de" and ex.spacy["specials"]["z.B."] == ["z.B."]
     page = (tmp_path / "translate.html").read_text(encoding="utf-8")
-    assert page == export_model.page_html(tmp_path)
+    assert page == translate_page.page_html(tmp_path)
     assert "translate/de-en.js" in page
 
 
@@ -994,3 +1253,50 @@ def test_export_models_command_line(lib, small_run, tmp_path, capsys, on_toy_cor
         with pytest.raises(SystemExit) as exit_:
             export_model.main(bad)
         assert exit_.value.code == 2 and words in capsys.readouterr().err
+
+
+PAGE_BEAM = """
+const fs = require("node:fs");
+const translator = require(process.argv[1]);
+translator.load(new Uint8Array(fs.readFileSync(process.argv[2])), { wasm: false })
+  .then((tr) => {
+    const r = tr.translateSync("Ein Hund.", { search: "beam" });
+    console.log(JSON.stringify({ options: r.options, manifest: tr.manifest.searches }));
+  });
+"""
+
+
+def test_the_page_decodes_with_the_recipes_beam_size(
+    lib, small_run, tmp_path, monkeypatch
+):
+    """issue 67: the beam size that the page decodes with is the recipe's choice
+    (RecipeConfig.beam_size, which Part 4's table decodes with), recorded in the
+    manifest: a recipe of beam 5 gives 5 in the model file, in the page's list of
+    models and in what the page's translator decodes with (it was beam_search's
+    default, 4, whatever the recipe said)."""
+    import dataclasses
+    import subprocess
+
+    from atkit import config
+
+    folder, _, _ = small_run
+    ci = config.PRESETS["ci"]
+    recipe = dataclasses.replace(ci.recipe, beam_size=5)
+    monkeypatch.setitem(config.PRESETS, "ci", dataclasses.replace(ci, recipe=recipe))
+    path = export_model.export_run(
+        lib, folder, 1, 1.0, tmp_path, "ci", bleu=False, log=quiet
+    )
+    manifest = export.read_model(path).manifest
+    assert manifest["searches"]["beam"] == {"beam_size": 5, "alpha": 1.0}
+    page = (tmp_path / "translate.html").read_text(encoding="utf-8")
+    models = json.loads(re.search(r"const MODELS = (.*);\n", page)[1])
+    assert models[0]["manifest"]["searches"]["beam"]["beam_size"] == 5
+    script = ROOT / "atkit" / "page" / "translator.js"
+    out = subprocess.run(
+        ["node", "-e", PAGE_BEAM, str(script), str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert json.loads(out)["options"] == {"beam_size": 5, "alpha": 1.0}

@@ -10,12 +10,15 @@ the best snapshot alone; the manifest records those averaged), stores them
 with the run's sentencepiece model and spaCy's rules in `<out>/translate/<dir>.js`
 (atkit/export.py: int8 matrices with a scale per row), scores the stored weights and
 the PyTorch model on test_2016 with the notebook's own code (greedy, and beam search
-with `--alpha`) and writes those scores into the file, with what the page needs to
+with the beam size of the preset's recipe, `RecipeConfig.beam_size`, as Part 4's table
+decodes, and `--alpha`: the manifest records both, and the page decodes with them)
+and writes those scores into the file, with what the page needs to
 tell a reader that a sentence is far from what the model was trained on (`domain`:
 which pieces its training sources hold rarely, and how many unfamiliar words the
 validation captions have), and renders the page
-`<out>/translate.html` for every model file in `<out>/translate/` (named as a
-direction is, de-en.js; each checked as the page checks it). `--out` is checked
+`<out>/translate.html` (atkit/page/translate.py) for every model file in
+`<out>/translate/` (named as a direction is, de-en.js; each checked as the page
+checks it). `--out` is checked
 before the work: a folder that takes no new file, or a disk without room for the
 model file, is refused at once. Part 4 runs this
 command in `make run`; the `cpu` preset's run alone writes into the repository's
@@ -28,10 +31,7 @@ is unchanged is not rewritten.
 from __future__ import annotations
 
 import argparse
-import html
-import json
 import math
-import re
 import shutil
 import sys
 import time
@@ -44,11 +44,11 @@ from atkit.files import (
     probe_writable,
     writable_folder,
 )
+from atkit.page.translate import model_files, weights_of, write_page
 from tools.errors import UsageError, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGE_TEMPLATE = Path(__file__).resolve().parent / "page" / "translate.html"
 BUDGET = 12_000_000  # bytes: the model files in docs/ together
 SPLIT = "test_2016_flickr"
 
@@ -87,7 +87,7 @@ CORPUS = "Multi30k: 29,000 image captions (Flickr30k) with their translations"
 
 def word_pieces(itos, ids) -> list[list[int]]:
     """Source ids grouped by word: a piece that starts with "▁" starts a word
-    (as the page groups them, atkitDomain in atkit/translator.js)."""
+    (as the page groups them, atkitDomain in atkit/page/translator.js)."""
     words: list[list[int]] = []
     for k, i in enumerate(ids):
         if k == 0 or itos[i].startswith("▁"):
@@ -134,14 +134,19 @@ def domain(lib, cfg, vocab, root=None) -> dict:
     }
 
 
-def page_searches(lib, alpha) -> dict:
-    """The searches the page offers, with their settings as the manifest records
-    them (the page reads them from there only): greedy, and beam search with the
-    run's `alpha` and the other options at their defaults in the notebook's record."""
-    beam = {} if alpha is None else {"alpha": alpha}
+def page_searches(lib, alpha, beam_size) -> dict:
+    """The searches the page offers (the schema's list of them: PAGE_SEARCHES of
+    tools/model_schema.py), with their settings as the manifest records them (the
+    page reads them from there only): beam search with the recipe's beam size
+    (`RecipeConfig.beam_size`, which Part 4's table decodes with) and the run's
+    `alpha` (None: the record's default), every other option at its default in the
+    notebook's record."""
+    beam = {"beam_size": beam_size} | ({} if alpha is None else {"alpha": alpha})
+    chosen = {"beam": beam}
+    names = export.schema()["properties"]["manifest"]["properties"]["searches"]
     return {
-        "greedy": searches.manifest_entry(lib.SEARCHES, "greedy"),
-        "beam": searches.manifest_entry(lib.SEARCHES, "beam", **beam),
+        name: searches.manifest_entry(lib.SEARCHES, name, **chosen.get(name, {}))
+        for name in names["properties"]
     }
 
 
@@ -286,7 +291,8 @@ def export_run(
     log=print,
 ) -> Path:
     """Export one run (see the module docstring); returns the model file's path.
-    `n_eval`: score the first n test sentences only (default: the run's n_eval)."""
+    `n_eval`: score the first n test sentences only (default: the run's n_eval). The
+    page decodes with the beam size of the preset's recipe, and with `alpha`."""
     import torch
 
     ckpt_dir, out = Path(ckpt_dir), Path(out)
@@ -324,7 +330,8 @@ def export_run(
         "best_step": history["best_step"],
         "n_avg": len(steps),  # what was averaged, not what was asked for
         "averaged_steps": steps,
-        "searches": page_searches(lib, alpha),  # name -> options, from SEARCHES
+        # name -> options, from SEARCHES: the beam size the recipe's table used
+        "searches": page_searches(lib, alpha, config.preset(preset).recipe.beam_size),
         "max_extra": lib.MAX_EXTRA,  # an output at most this much longer (§6.1)
         "quant": quant,
         "config": cfg.to_dict(),
@@ -375,104 +382,6 @@ def export_run(
                 f"({e - p:+.2f})"
             )
     write_page(out)
-    return path
-
-
-# ------------------------------------------------------------------ the page
-
-
-MODEL_NAME = re.compile(r"[a-z]+-[a-z]+\.js")
-
-
-def model_files(out) -> list[Path]:
-    """The model files in `<out>/translate/`: those named as a direction is (de-en.js;
-    a copy such as de-en-backup.js is no model of the page)."""
-    folder = Path(out) / "translate"
-    return sorted(
-        p for p in folder.glob("*-*.js") if MODEL_NAME.fullmatch(p.name) and p.is_file()
-    )
-
-
-def page_html(out) -> str:
-    """docs/translate.html: the template with the translator's script, the attention
-    view's script and style, and one entry per model file beside it."""
-    out = Path(out)
-    models = []
-    for path in model_files(out):
-        direction, manifest = export.read_manifest(path)  # checked: hash, shapes
-        if direction != path.stem:
-            raise export.ExportError(
-                f"{path} holds the {direction} model; rename it {direction}.js (or "
-                "move it out of the way)"
-            )
-        models.append(
-            {
-                "direction": path.stem,
-                "src": f"translate/{path.name}",
-                "bytes": path.stat().st_size,
-                "manifest": manifest,
-            }
-        )
-    atkit = ROOT / "atkit"
-    parts = {
-        "TRANSLATOR_JS": (atkit / "translator.js").read_text(encoding="utf-8"),
-        "VIEW_JS": (atkit / "attention_view.js").read_text(encoding="utf-8"),
-        "VIEW_CSS": (atkit / "attention_view.css").read_text(encoding="utf-8"),
-        "MODELS_JSON": script_json(models),
-        "MODELS_TEXT": html.escape(describe(models)),
-    }
-    for key in ("TRANSLATOR_JS", "VIEW_JS"):
-        if "</script" in parts[key].lower():
-            raise ValueError(f"{key} holds </script and cannot be inlined")
-    page = PAGE_TEMPLATE.read_text(encoding="utf-8")
-    return re.sub(r"\{\{([A-Z_]+)\}\}", lambda m: parts[m.group(1)], page)
-
-
-def script_json(value) -> str:
-    """`value` as JSON to inline in a <script>: no <, > or & (as \\u escapes), so
-    that no string in it (a run folder named `<!--<script`, say) can end the script
-    or change how the HTML parser reads it."""
-    text = json.dumps(value, ensure_ascii=True)
-    for char in "<>&":
-        text = text.replace(char, f"\\u{ord(char):04x}")
-    return text
-
-
-def weights_of(manifest) -> str:
-    """Which snapshots the stored weights are, in words."""
-    steps = manifest["averaged_steps"]
-    if len(steps) == 1:
-        return f"the snapshot of step {steps[0]}"
-    return f"the average of the {len(steps)} snapshots of steps " + ", ".join(
-        map(str, steps)
-    )
-
-
-def describe(models) -> str:
-    """One line per model: what the weights are."""
-    lines = []
-    for m in models:
-        man = m["manifest"]
-        line = (
-            f"{m['direction']}: preset {man['preset']} on {man['machine']}, "
-            f"{weights_of(man)}"
-        )
-        if "bleu" in man:
-            e = man["bleu"]["exported"]
-            line += (
-                f"; test_2016 BLEU {e['greedy']['bleu']:.2f} greedy, "
-                f"{e['beam']['bleu']:.2f} beam {man['searches']['beam']['beam_size']}"
-            )
-        lines.append(line)
-    return "\n".join(lines) or "no model exported yet"
-
-
-def write_page(out) -> Path | None:
-    """Render `<out>/translate.html` for the model files beside it (none: no page)."""
-    if not model_files(out):
-        return None
-    path = Path(out) / "translate.html"
-    export.write_if_changed(path, page_html(out))
     return path
 
 

@@ -1,6 +1,7 @@
 """Golden files for the JavaScript unit tests (tests/js/*.test.js, `make test-js`):
 small fixed inputs and what the notebook's own Python code makes of them, so that
-Node can check atkit/translator.js and atkit/attention_view.js without a browser.
+Node can check atkit/page/translator.js and atkit/page/attention_view.js without a
+browser.
 
     python -m tools.js_golden           # write tests/js/golden/ (make js-golden)
     python -m tools.js_golden --check   # exit 1 if a committed file differs
@@ -388,6 +389,12 @@ def model_file(lib) -> str:
     manifest = {
         "what": "a tiny untrained model for the JavaScript unit tests",
         "preset": "ci",
+        "machine": "none: its weights are drawn from a seed",
+        "torch": "none",
+        "run": "none",
+        "best_step": 0,
+        "n_avg": 1,
+        "averaged_steps": [0],
         "searches": {  # the records' defaults, as tools.export_model writes them
             name: searches.manifest_entry(lib.SEARCHES, name)
             for name in ("greedy", "beam")

@@ -6,7 +6,7 @@
     python -m tools.render_page --check  # exit 1 if docs/index.html is stale
 
 (`python tools/render_page.py ...` works too.) nbconvert's HTMLExporter does the cells
-with the template tools/page/templates/atpage: tags (``remove-cell``, ``remove-input``,
+with the template atkit/page/templates/atpage: tags (``remove-cell``, ``remove-input``,
 ``remove-output``; ``hide-input`` folds the code into a closed ``<details>``), markdown
 with its images embedded, stream outputs coalesced (a carriage return keeps a line's
 last state), ANSI colours, Pygments highlighting. This script adds what nbconvert has
@@ -22,11 +22,11 @@ to keep its columns in line on a phone, and past that its rows wrap between colu
 never inside one.
 
 Table of contents: every ``##`` heading, each with its ``###`` headings in a fold
-that opens for the part being read (a small script of the page, tools/page/page.js).
+that opens for the part being read (a small script of the page, atkit/page/page.js).
 Below the width of the sidebar the contents are a box under the title, and a button
 that stays at the bottom of the screen opens them over the text.
 
-For the reader of today (tools/page/page.js and style.css): light and dark following
+For the reader of today (atkit/page/page.js and style.css): light and dark following
 the system, with a button to choose; a copy button on each code cell; a print style
 (contents and buttons hidden, deep dives opened); a display formula wider than a phone
 scaled down to fit, and past a floor a box that scrolls with a visible cue. Under the
@@ -55,7 +55,7 @@ outputs, formulas KaTeX rejects, TeX left untypeset in the prose and a deep dive
 without its summary line. The output path is checked before any work: a folder, or a
 place that cannot be written, is refused at once with one ``error:`` line; so is the
 notebook itself (or a hard or symbolic link to it), its ``.md`` source, a file of the
-page's own (tools/page/) or any other ``.ipynb`` (atkit.files.check_outputs). A
+page's own (atkit/page/) or any other ``.ipynb`` (atkit.files.check_outputs). A
 symbolic link given as ``--out`` stays a link: the page replaces the file it points to.
 """
 
@@ -100,7 +100,7 @@ except ModuleNotFoundError:  # run as a file: tools/ is importable, the root is 
 PROG = "python -m tools.render_page"
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE_DIR = Path(__file__).resolve().parent / "page"
+PAGE_DIR = ROOT / "atkit" / "page"  # the pages' code, in one folder
 NOTEBOOK = ROOT / "annotated_transformer.ipynb"
 OUT = ROOT / "docs" / "index.html"
 KATEX_VERSION = "0.19.1"
@@ -191,7 +191,7 @@ class Page:
     deep_dive_problems: list[str] = field(default_factory=list)  # fail --strict
     broken_links: list[str] = field(default_factory=list)  # fail --strict
     notes: list[str] = field(default_factory=list)  # warnings that do not fail --strict
-    script: str = ""  # the page's own script (tools/page/page.js)
+    script: str = ""  # the page's own script (atkit/page/page.js)
     description: str = ""  # <meta name="description">: the first paragraph
     lead_links: list[tuple[str, str, str]] = field(default_factory=list)
     figures: list[dict] = field(default_factory=list)  # {"where", "alt"} per figure
@@ -925,7 +925,7 @@ def check_out(out: Path, write: bool = True) -> None:
 
 def page_inputs(notebook: Path) -> list[tuple[str, Path]]:
     """What a render reads, as (what, path): the notebook, its jupytext source
-    beside it, and the page's own files (tools/page/)."""
+    beside it, and the page's own files (atkit/page/)."""
     notebook = Path(notebook)
     found = [("--notebook", notebook)]
     if notebook.suffix != ".md":

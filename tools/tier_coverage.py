@@ -49,7 +49,7 @@ def sources() -> dict[str, Path]:
     out = {str(nbexport.NOTEBOOK): nbexport.export()}
     for path in [ROOT / "nbexport.py", ROOT / "exercise_checks.py"]:
         out[str(path)] = path
-    for folder in ("atkit", "tools"):
+    for folder in ("atkit", "atkit/page", "tools"):
         for path in sorted((ROOT / folder).glob("*.py")):
             out[str(path)] = path
     return out

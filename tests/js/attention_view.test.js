@@ -1,5 +1,5 @@
 "use strict";
-// atkit/attention_view.js's data, without a page (atkitAttentionView.data): specs that
+// atkit/page/attention_view.js's data, without a page (atkitAttentionView.data): specs that
 // atkit.attention_view.AttentionView writes, read back as attention_view.decode reads
 // them (tests/js/golden/attention.json): every weight of every sentence, kind, layer
 // and head, the heads' average, the selection the view opens on and its changes.

@@ -1,5 +1,5 @@
 "use strict";
-// atkit/translator.js's sentencepiece BPE against sentencepiece itself (SharedBPE's
+// atkit/page/translator.js's sentencepiece BPE against sentencepiece itself (SharedBPE's
 // encode, pieces and decode, Part 3's detokenize; tests/js/golden/cases.json), on the
 // golden model's sentencepiece model (160 pieces: most words are cut into several).
 const test = require("node:test");

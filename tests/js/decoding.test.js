@@ -1,5 +1,5 @@
 "use strict";
-// atkit/translator.js's Transformer and searches against the notebook's PyTorch code
+// atkit/page/translator.js's Transformer and searches against the notebook's PyTorch code
 // on the same int8 weights (tests/js/golden/cases.json): greedy_decode and beam_search
 // (CachedDecoderStepper) of the golden model in its pre-norm and post-norm forms,
 // with the default length limit (min(max_len, source + 50)) and with limits of 1, 2,
@@ -129,10 +129,12 @@ test("a search the page does not implement, or the file does not record, is refu
   assert.throws(() => noBeam.translateSync("Ein Hund.", { search: "beam" }), (e) =>
     e instanceof translator.InputError && /records no settings for the search "beam"/.test(e.message));
   assert.deepEqual(noBeam.translateSync("Ein Hund.").search, "greedy");
-  for (const change of [(m) => { delete m.max_extra; }, (m) => { delete m.searches; },
-    (m) => { m.searches.beam = { alpha: 0.6 }; }]) {
+  for (const [change, field] of [[(m) => { delete m.max_extra; }, "manifest.max_extra is missing"],
+    [(m) => { delete m.searches; }, "manifest.searches is missing"],
+    [(m) => { m.searches.beam = { alpha: 0.6 }; }, "manifest.searches.beam.beam_size is missing"]]) {
     await assert.rejects(translator.load(withMeta(modelData(), (meta) => change(meta.manifest))),
-      /has no usable decoding settings in its manifest .*export it again/);
+      new RegExp(`The de-en model file is damaged: its content breaks the model file's schema: ${field}; ` +
+                 "restore it with git checkout docs/translate/de-en.js"));
   }
 });
 
@@ -149,10 +151,11 @@ test("input the model cannot read is refused with a message", async () => {
 });
 
 test("load refuses what is not a model file, and damaged data", async () => {
-  await assert.rejects(translator.load({ format: 2 }), /not a model file of tools.export_model/);
-  await assert.rejects(translator.load(null), /not a model file/);
+  await assert.rejects(translator.load({ format: 2 }), /model file has format 2, this code reads 3/);
+  await assert.rejects(translator.load(null), /model file is damaged: it does not store a model file's object/);
+  await assert.rejects(translator.load("var x = 1;\n"), /model file is not a model file of tools.export_model/);
   const cut = { ...modelData(), data: modelData().data.slice(0, -4) };
-  await assert.rejects(translator.load(cut), /is damaged: its content does not match the SHA-256/);
+  await assert.rejects(translator.load(cut), /de-en model file is damaged: its content does not match the SHA-256/);
   const sized = withMeta(modelData(), (meta) => { meta.size += 1; });
-  await assert.rejects(translator.load(sized), /is damaged: \d+ bytes of data, \d+ expected/);
+  await assert.rejects(translator.load(sized), /de-en model file is damaged: \d+ bytes of data, \d+ said/);
 });

@@ -2,16 +2,20 @@
 // What the tests in this folder share: the golden files that tools/js_golden.py writes
 // from the notebook's Python code (tests/js/golden/), and the code under test, loaded
 // as Node loads it (require: each file exports its API to Node, see its last lines).
-const crypto = require("node:crypto");
 const fs = require("node:fs");
 const path = require("node:path");
 
 const GOLDEN = path.join(__dirname, "golden");
-const translator = require("../../atkit/translator.js");
-const attentionView = require("../../atkit/attention_view.js");
+const translator = require("../../atkit/page/translator.js");
+const attentionView = require("../../atkit/page/attention_view.js");
 
 function json(name) {
   return JSON.parse(fs.readFileSync(path.join(GOLDEN, name), "utf8"));
+}
+
+// The golden model file's bytes, as the page fetches them.
+function modelBytes() {
+  return new Uint8Array(fs.readFileSync(path.join(GOLDEN, "de-en.js")));
 }
 
 // The golden model file's object, as a page's <script src> stores it.
@@ -27,17 +31,12 @@ function loadModel({ wasm = true, norm = "pre" } = {}) {
   return translator.load(withNorm(modelData(), norm), { wasm });
 }
 
-// The model file's object with its meta changed by `edit(meta)`, and its SHA-256 made
-// anew over what the page hashes (direction, meta, data), as an export would write it.
+// A model file's text (as an export would write it: its SHA-256 made anew) with the
+// golden file's data and its meta changed by `edit(meta)`.
 function withMeta(data, edit) {
   const meta = JSON.parse(data.meta);
   edit(meta);
-  const out = { ...data, meta: JSON.stringify(meta) };
-  out.sha256 = crypto
-    .createHash("sha256")
-    .update(`${out.direction}\n${out.meta}\n${out.data}`)
-    .digest("hex");
-  return out;
+  return translator.modelFileText(data.direction, translator.asciiJSON(meta), data.data);
 }
 
 // The same weights in the post-norm Transformer (norm "post"), which has no final
@@ -57,5 +56,5 @@ function firstFailures(cases, same, n = 3) {
 }
 
 module.exports = {
-  translator, attentionView, json, modelData, withMeta, loadModel, firstFailures,
+  translator, attentionView, json, modelBytes, modelData, withMeta, loadModel, firstFailures,
 };

@@ -1,5 +1,5 @@
 "use strict";
-// atkit/translator.js's spaCy tokenizer against spaCy itself (Part 3's tokenize_all
+// atkit/page/translator.js's spaCy tokenizer against spaCy itself (Part 3's tokenize_all
 // with spacy.blank("de"), in tests/js/golden/cases.json), on the golden model's rules.
 const test = require("node:test");
 const assert = require("node:assert/strict");

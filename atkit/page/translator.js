@@ -18,7 +18,7 @@
       min(max_len, source ids + 50) tokens long (§6.1);
    4. sentencepiece's decoding, split on whitespace, and Part 3's `detokenize`;
    5. the attention weights of one teacher-forced pass over the output
-      (`attention_maps`), for atkit/attention_view.js.
+      (`attention_maps`), for atkit/page/attention_view.js.
 
    Numbers are float32 in storage (as in PyTorch) with sums in float64; the tests
    compare tokens, pieces and greedy outputs with the notebook's code. */
@@ -43,7 +43,14 @@
       throw new Error("this browser has no DecompressionStream (Chromium 80+, Firefox 113+, Safari 16.4+)");
     }
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
-    return new Uint8Array(await new Response(stream).arrayBuffer());
+    const out = new Uint8Array(await new Response(stream).arrayBuffer());
+    // a zlib stream ends in the Adler-32 of what it holds: bytes after it (which
+    // Chromium refuses, and Node's DecompressionStream passes over) end otherwise
+    let a = 1, b = 0;
+    for (let i = 0; i < out.length; i++) { a = (a + out[i]) % 65521; b = (b + a) % 65521; }
+    const n = bytes.length, tail = ((bytes[n - 4] << 24) | (bytes[n - 3] << 16) | (bytes[n - 2] << 8) | bytes[n - 1]) >>> 0;
+    if (n < 4 || tail !== ((b << 16) | a) >>> 0) throw new Error("the deflated data has bytes after its end");
+    return out;
   }
 
   // ------------------------------------------------------------------ protobuf
@@ -121,6 +128,10 @@
         if (t === UNKNOWN) this.unkId = i;
       });
       if (this.unkId < 0) throw new Error("sentencepiece model: no <unk> piece");
+      // The most U+2581 (word starts) one piece holds; Infinity when U+2581 is no piece
+      // of its own (then runs of unknown pieces, which merge, may hold several).
+      this.spacesPerPiece = !this.normal.has(SPACE) ? Infinity
+        : Math.max(1, ...[...this.normal.keys()].map((p) => p.split(SPACE).length - 1));
     }
 
     pieceToId(p) {
@@ -250,15 +261,93 @@
   }
 
   // ------------------------------------------------------------------ spaCy
+  class TooManyTokens extends Error {}
+
+  // The top-level alternatives of a pattern of the schema's grammar, each with the
+  // most characters it can match (Infinity: a repetition without bound); out.behind:
+  // the most characters a lookbehind of it reads.
+  function alternatives(src) {
+    const out = [];
+    out.behind = 0;
+    const groupWidths = [];
+    let depth = 0, start = 0, width = 0, alt = [], last = 0, i = 0;
+    const atom = (w) => { last = w; width += w; };
+    while (i < src.length) {
+      const c = src[i];
+      if (c === "\\") {
+        const m = /^\\(u\{[0-9a-fA-F]+\}|u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|p\{[A-Za-z]+\}|[\s\S])/.exec(src.slice(i, i + 12));
+        atom(1); i += m[0].length; continue;
+      }
+      if (c === "[") {
+        let j = i + 1;
+        if (src[j] === "^") j++;
+        if (src[j] === "]") j++;
+        while (j < src.length && src[j] !== "]") j += src[j] === "\\" ? 2 : 1;
+        atom(1); i = j + 1; continue;
+      }
+      if (c === "(") {
+        const look = /^\(\?<?[=!]/.test(src.slice(i, i + 4)), behind = look && src[i + 2] === "<";
+        groupWidths.push({ width, alt, look, behind });
+        width = 0; alt = []; depth++;
+        i += look ? (src[i + 2] === "<" ? 4 : 3) : src.startsWith("(?:", i) ? 3 : 1;
+        continue;
+      }
+      if (c === ")") {
+        const inner = Math.max(width, ...alt), g = groupWidths.pop();
+        if (g.behind) out.behind = Math.max(out.behind, inner);
+        width = g.width; alt = g.alt; depth--;
+        atom(g.look ? 0 : inner); i++; continue;
+      }
+      if (c === "|") {
+        if (depth === 0) { out.push({ src: src.slice(start, i), width }); start = i + 1; width = 0; }
+        else { alt.push(width); width = 0; }
+        i++; continue;
+      }
+      const q = /^(?:[*+?]|\{(\d+)(?:(,)(\d*))?\})\??/.exec(src.slice(i, i + 12));
+      if (q) {
+        const times = q[0][0] === "?" ? 1 : q[0][0] === "{" ? (q[2] ? (q[3] ? Number(q[3]) : Infinity) : Number(q[1])) : Infinity;
+        width += last * times - last; i += q[0].length; continue;
+      }
+      atom(c === "^" || c === "$" ? 0 : 1);
+      if (c >= "\ud800" && c <= "\udbff") i++; // a character outside the BMP is two units
+      i++;
+    }
+    out.push({ src: src.slice(start), width });
+    return out;
+  }
+
+  // The suffix pattern as its alternatives of bounded length (one regex, and the
+  // longest match it can make) and the others (each a regex): null unless every
+  // alternative ends with $ and none holds ^ (then a window of the text's end holds
+  // every bounded match and what it can look behind at).
+  function suffixParts(src) {
+    if (!src) return null;
+    let alts;
+    try { alts = alternatives(src); } catch (e) { return null; }
+    if (alts.some((a) => !a.src.endsWith("$") || a.src.endsWith("\\$") || /(^|[^\\])\^/.test(a.src))) return null;
+    const bounded = alts.filter((a) => Number.isFinite(a.width));
+    const width = Math.max(0, ...bounded.map((a) => a.width));
+    if (!Number.isFinite(alts.behind)) return null;
+    return {
+      width, behind: alts.behind,
+      bounded: bounded.length ? new RegExp(bounded.map((a) => a.src).join("|"), "u") : null,
+      unbounded: alts.filter((a) => !Number.isFinite(a.width)).map((a) => new RegExp(a.src, "u")),
+      sticky: alts.filter((a) => !Number.isFinite(a.width)).map((a) => new RegExp(a.src, "uy")),
+    };
+  }
+
   class SpacyTokenizer {
     constructor(rules) {
       const re = (src, flags) => (src ? new RegExp(src, flags) : null);
       this.prefix = re(rules.prefix, "u");
       this.suffix = re(rules.suffix, "u");
+      this.suffixParts = suffixParts(rules.suffix);
       this.infix = re(rules.infix, "gu");
       this.url = re(rules.url, "uy"); // Python's .match: anchored at the start
       this.space = new Set(rules.whitespace);
       this.specials = new Map(Object.entries(rules.specials));
+      this.longestSpecial = Math.max(0, ...[...this.specials.keys()].map((k) => k.length));
+      this.phraseDepth = 1; // the most tokens that the special cases merge into one
       // The special-case matcher: a trie over token texts of the rules that
       // spaCy gives its PhraseMatcher (add_special_case, faster_heuristics).
       this.phrases = new Map();
@@ -266,7 +355,9 @@
         if (rules.faster_heuristics && !(this.findPrefix(text) || this.findInfix(text).length ||
             this.findSuffix(text) || text.includes(" "))) continue;
         let node = this.phrases;
-        for (const t of this.tokenizeAffixes(text, false)) {
+        const parts = this.tokenizeAffixes(text, false);
+        this.phraseDepth = Math.max(this.phraseDepth, parts.length);
+        for (const t of parts) {
           if (!node.has(t.text)) node.set(t.text, new Map());
           node = node.get(t.text);
         }
@@ -276,18 +367,83 @@
 
     isSpace(c) { return this.space.has(c); }
     findPrefix(s) { const m = this.prefix && this.prefix.exec(s); return m ? m[0].length : 0; }
-    findSuffix(s) { const m = this.suffix && this.suffix.exec(s); return m ? m[0].length : 0; }
+    // The suffix regex's match (Python's re.search): every alternative ends with $, so
+    // any match runs to the end and the leftmost start decides. The alternatives of
+    // bounded length are searched in the text's last few characters only, the others
+    // in all of it: a search costs about the length of the suffix, not of the text
+    // (a span of 100,000 characters with an affix at each end no longer takes a
+    // search over all of it per affix).
+    findSuffix(s, memo) {
+      if (!this.suffix) return 0;
+      const parts = this.suffixParts;
+      if (!parts || s.length <= 2 * (parts.width + parts.behind) + 2) {
+        const m = this.suffix.exec(s);
+        return m ? m[0].length : 0;
+      }
+      // UTF-16 units: two per character, and the characters a lookbehind reads
+      let from = s.length - 2 * (parts.width + parts.behind);
+      if (from > 0 && s.charCodeAt(from) >= 0xdc00 && s.charCodeAt(from) <= 0xdfff) from--;
+      const near = parts.bounded && parts.bounded.exec(s.slice(from));
+      return Math.max(near ? near[0].length : 0, this.farSuffix(s, memo));
+    }
+
+    // The longest match of the unbounded alternatives (the leftmost: all end at the
+    // end). memo: the last search's { len, best } when `s` is that search's text less
+    // some characters at its front (splitAffixes took a prefix only): a start `near`
+    // or more units into `s` sees what it saw then (a lookbehind reads at most
+    // parts.behind characters), so only the starts before it are tried anew, unless
+    // the last match started before them.
+    farSuffix(s, memo) {
+      const parts = this.suffixParts, near = Math.max(1, 2 * parts.behind);
+      let best = -1;
+      if (memo && memo.len >= s.length) {
+        if (memo.best === 0 || s.length - memo.best >= near) {
+          best = memo.best;
+          for (let i = 0; i < near && i < s.length; i++) {
+            const c = s.charCodeAt(i);
+            if (c >= 0xdc00 && c <= 0xdfff) continue; // the second half of a character
+            for (const re of parts.sticky) {
+              re.lastIndex = i;
+              if (re.test(s)) best = Math.max(best, s.length - i);
+            }
+          }
+        }
+      }
+      if (best < 0) {
+        best = 0;
+        for (const re of parts.unbounded) {
+          const m = re.exec(s);
+          if (m && m[0].length > best) best = m[0].length;
+        }
+      }
+      if (memo) { memo.len = s.length; memo.best = best; }
+      return best;
+    }
     findInfix(s) { return this.infix ? [...s.matchAll(this.infix)] : []; }
     urlMatch(s) { if (!this.url) return false; this.url.lastIndex = 0; return this.url.test(s); }
 
-    // Tokenizer.__call__: the tokens' texts, whitespace tokens included.
-    tokenize(text) {
-      return this.applySpecialCases(this.tokenizeAffixes(text, true)).map((t) => t.text);
+    // Tokenizer.__call__: the tokens' texts, whitespace tokens included. `cap`: a
+    // TooManyTokens error as soon as the affixes and spans make more than `cap` tokens
+    // of text that is not whitespace (before the special cases merge some), so that a
+    // text far longer than a model reads is refused in time linear in its length.
+    tokenize(text, cap = Infinity) {
+      this.cap = cap;
+      this.made = 0;
+      try {
+        return this.applySpecialCases(this.tokenizeAffixes(text, true)).map((t) => t.text);
+      } finally {
+        this.cap = Infinity;
+      }
     }
 
     // Part 3's tokenize_all: the tokens that are not whitespace.
-    words(text) {
-      return this.tokenize(text).filter((t) => ![...t].every((c) => this.isSpace(c)));
+    words(text, cap) {
+      return this.tokenize(text, cap).filter((t) => ![...t].every((c) => this.isSpace(c)));
+    }
+
+    count(n) {
+      this.made += n;
+      if (this.made > this.cap) throw new TooManyTokens(`more than ${this.cap} tokens`);
     }
 
     // Tokenizer._tokenize_affixes: split on whitespace (a single ' ' is no token).
@@ -311,11 +467,13 @@
     }
 
     pushSpecial(tokens, text) {
-      for (const t of this.specials.get(text)) tokens.push({ text: t, spacy: false });
+      for (const t of this.specials.get(text)) { this.count(1); tokens.push({ text: t, spacy: false }); }
     }
 
+    isSpecial(s) { return s.length <= this.longestSpecial && this.specials.has(s); }
+
     tokenizeSpan(span, tokens, withSpecial) {
-      if (withSpecial && this.specials.has(span)) { this.pushSpecial(tokens, span); return; }
+      if (withSpecial && this.isSpecial(span)) { this.pushSpecial(tokens, span); return; }
       const prefixes = [], suffixes = [];
       const core = this.splitAffixes(span, prefixes, suffixes, withSpecial);
       this.attachTokens(tokens, core, prefixes, suffixes, withSpecial);
@@ -323,8 +481,9 @@
 
     // Tokenizer._split_affixes
     splitAffixes(string, prefixes, suffixes, withSpecial) {
-      const special = (s) => withSpecial && this.specials.has(s);
+      const special = (s) => withSpecial && this.isSpecial(s);
       let lastSize = 0;
+      const memo = { len: -1, best: 0 }; // findSuffix's, while only prefixes go
       while (string && string.length !== lastSize) {
         if (special(string)) break;
         lastSize = string.length;
@@ -333,19 +492,20 @@
         if (preLen !== 0) {
           prefix = string.slice(0, preLen);
           minusPre = string.slice(preLen);
-          if (minusPre && special(minusPre)) { string = minusPre; prefixes.push(prefix); break; }
+          if (minusPre && special(minusPre)) { string = minusPre; prefixes.push(prefix); this.count(1); break; }
         }
-        const sufLen = this.findSuffix(string.slice(preLen));
+        const sufLen = this.findSuffix(string.slice(preLen), memo);
         if (sufLen !== 0) {
           suffix = string.slice(string.length - sufLen);
           minusSuf = string.slice(0, string.length - sufLen);
-          if (minusSuf && special(minusSuf)) { string = minusSuf; suffixes.push(suffix); break; }
+          if (minusSuf && special(minusSuf)) { string = minusSuf; suffixes.push(suffix); this.count(1); break; }
         }
+        if (sufLen) memo.len = -1; // a suffix goes (or may): the end moves
         if (preLen && sufLen && preLen + sufLen <= string.length) {
           string = string.slice(preLen, string.length - sufLen);
-          prefixes.push(prefix); suffixes.push(suffix);
-        } else if (preLen) { string = minusPre; prefixes.push(prefix); }
-        else if (sufLen) { string = minusSuf; suffixes.push(suffix); }
+          prefixes.push(prefix); this.count(1); suffixes.push(suffix); this.count(1);
+        } else if (preLen) { string = minusPre; prefixes.push(prefix); this.count(1); }
+        else if (sufLen) { string = minusSuf; suffixes.push(suffix); this.count(1); }
       }
       return string;
     }
@@ -353,23 +513,24 @@
     // Tokenizer._attach_tokens
     attachTokens(tokens, string, prefixes, suffixes, withSpecial) {
       const push = (text) => tokens.push({ text, spacy: false });
+      const pushNew = (text) => { this.count(1); push(text); }; // prefixes and suffixes: counted
       prefixes.forEach(push);
       if (string) {
-        if (withSpecial && this.specials.has(string)) this.pushSpecial(tokens, string);
-        else if (this.urlMatch(string)) push(string);
+        if (withSpecial && this.isSpecial(string)) this.pushSpecial(tokens, string);
+        else if (this.urlMatch(string)) pushNew(string);
         else {
           const matches = this.findInfix(string);
-          if (!matches.length) push(string);
+          if (!matches.length) pushNew(string);
           else {
             let start = 0;
             for (const m of matches) {
               const a = m.index, b = m.index + m[0].length;
               if (a === 0) continue; // an infix at the very start is no split
-              if (a !== start) push(string.slice(start, a));
-              if (a !== b) push(string.slice(a, b));
+              if (a !== start) pushNew(string.slice(start, a));
+              if (a !== b) pushNew(string.slice(a, b));
               start = b;
             }
-            if (string.slice(start)) push(string.slice(start));
+            if (string.slice(start)) pushNew(string.slice(start));
           }
         }
       }
@@ -835,32 +996,39 @@
       const r = gen.next();
       if (r.done) return r.value;
       if (performance.now() - start > sliceMs) {
-        await new Promise((res) => { const c = new MessageChannel(); c.port1.onmessage = () => res(); c.port2.postMessage(0); });
+        await new Promise((res) => {
+          const c = new MessageChannel(); // closed once used: an open port keeps Node running
+          c.port1.onmessage = () => { c.port1.close(); res(); };
+          c.port2.postMessage(0);
+        });
         start = performance.now();
       }
     }
   }
 
-  // The searches this page implements (the notebook's SEARCHES of the same names), with
-  // the options each reads from the manifest.
-  const SEARCHES = { greedy: [], beam: ["beam_size", "alpha"] };
-
-  // What is wrong with the manifest's decoding settings (none: []): every search it
-  // records with its options, and max_extra, the §6.1 rule (source length + max_extra).
-  function decodingProblems(manifest) {
-    const problems = [];
-    if (!Number.isInteger(manifest.max_extra) || manifest.max_extra < 0) problems.push(`max_extra=${manifest.max_extra}`);
-    const searches = manifest.searches;
-    if (!searches || typeof searches !== "object") return [...problems, "no searches"];
-    for (const [name, keys] of Object.entries(SEARCHES)) {
-      const options = searches[name];
-      if (options === undefined) continue; // not exported: refused when asked for
-      for (const key of keys) {
-        if (typeof (options && options[key]) !== "number") problems.push(`searches.${name}.${key} is missing`);
-      }
-    }
-    return problems;
+  // The searches this page implements, with the options each reads from the manifest
+  // and their bounds: the schema's `searches` (atkit/page/model_schema.json, which
+  // tools/model_schema.py writes from its one list of them and from the bounds of the
+  // notebook's SEARCHES records).
+  function pageSearches() {
+    const s = modelSchema().properties.manifest.properties.searches.properties;
+    return Object.fromEntries(Object.entries(s).map(([name, rec]) => [name, rec.properties]));
   }
+
+  // An option of a search checked as the notebook's check_setting checks it: the
+  // type of its default (an integer, or a finite number) within the record's bounds.
+  function optionProblem(name, key, value, bounds) {
+    const ok = typeOk(value, bounds.type) && !(value < bounds.minimum) && !(value > bounds.maximum) &&
+      !(value <= bounds.exclusiveMinimum);
+    if (ok) return null;
+    const limits = [["minimum", ">="], ["exclusiveMinimum", ">"], ["maximum", "<="]]
+      .filter(([k]) => k in bounds).map(([k, op]) => `${op} ${bounds[k]}`);
+    const kind = bounds.type === "integer" ? "an integer" : "a finite number";
+    const shown = typeof value === "string" ? JSON.stringify(value) : String(value);
+    return `${name}.${key}=${shown}: must be ${kind}${limits.length ? " " + limits.join(" and ") : ""}`;
+  }
+
+  const TRANSLATE_OPTIONS = ["search", "options", "sliceMs"];
 
   class Translator {
     constructor(data, blob, options) {
@@ -889,43 +1057,80 @@
     // The notebook's Translator before decoding: spaCy tokens, BPE ids, framed.
     source(text) {
       if (typeof text !== "string") throw new InputError("the input must be text");
-      const words = this.tokenizer.words(text);
+      const limit = this.model.maxLen - 2;
+      const tooLong = (pieces) => new InputError(`The text is ${pieces} subword pieces long; this model reads ` +
+        `at most ${limit} (its positional encoding covers ${this.model.maxLen} positions, <s> and </s> ` +
+        "included). Split it into sentences.");
+      // Each word's U+2581 lies in a piece that holds at most spacesPerPiece of them, and
+      // the special cases make one word of at most phraseDepth tokens; whitespace tokens
+      // are at most one more than the others: past `cap` tokens, more than `limit` pieces.
+      const cap = 2 * (limit * this.bpe.spacesPerPiece + 1) * this.tokenizer.phraseDepth + 1;
+      let words;
+      try {
+        words = this.tokenizer.words(text, cap);
+      } catch (err) {
+        if (err instanceof TooManyTokens) throw tooLong(`more than ${limit}`);
+        throw err;
+      }
       if (!words.length) throw new InputError("Nothing to translate: type a sentence first.");
       const joined = words.join(" ");
       const pieces = this.bpe.encodePieces(joined), ids = pieces.map(([, id]) => id);
-      const limit = this.model.maxLen - 2;
-      if (ids.length > limit) {
-        throw new InputError(`The text is ${ids.length} subword pieces long; this model reads at most ` +
-                             `${limit} (its positional encoding covers ${this.model.maxLen} positions, ` +
-                             "<s> and </s> included). Split it into sentences.");
-      }
+      if (ids.length > limit) throw tooLong(ids.length);
       const unknown = pieces.filter(([, id]) => id === this.bpe.unkId).map(([p]) => p);
       return { words, ids, src: [BOS, ...ids, EOS], unknown };
     }
 
     // The settings of search `name` (opts.search, default greedy): the manifest's, as
     // the notebook's SEARCHES record gave them at export; opts.options may change
-    // some (the tests do; the page never does). A search this page does not
-    // implement, or one the model file records no settings for, is refused.
+    // some (the tests do; the page never does), each checked against the record's
+    // bounds as make_search checks it. A search this page does not implement, one the
+    // model file records no settings for, an option the search lacks or a value out
+    // of its bounds is refused with a message.
     searchOptions(name, opts) {
-      if (!Object.hasOwn(SEARCHES, name)) {
-        throw new InputError(`This page does not implement the search "${name}"; it implements ` +
-                             `${Object.keys(SEARCHES).join(" and ")}.`);
+      if (opts !== undefined && (opts === null || typeof opts !== "object" || Array.isArray(opts))) {
+        throw new InputError(`The options must be an object such as { search: "beam" }, not ${String(opts)}.`);
+      }
+      const unknownOpts = Object.keys(opts || {}).filter((k) => !TRANSLATE_OPTIONS.includes(k));
+      if (unknownOpts.length) {
+        throw new InputError(`translate has no option ${unknownOpts.join(", ")}; its options: ` +
+                             `${TRANSLATE_OPTIONS.join(", ")} (a search's own go in options, ` +
+                             "e.g. { search: \"beam\", options: { beam_size: 4 } }).");
+      }
+      if (opts && "sliceMs" in opts && !(typeOk(opts.sliceMs, "number") && opts.sliceMs >= 0)) {
+        throw new InputError(`sliceMs=${String(opts.sliceMs)}: must be a finite number >= 0 (milliseconds).`);
+      }
+      const searches = pageSearches();
+      if (typeof name !== "string" || !Object.hasOwn(searches, name)) {
+        throw new InputError(`This page does not implement the search "${String(name)}"; it implements ` +
+                             `${Object.keys(searches).join(" and ")}.`);
       }
       const recorded = this.manifest.searches[name];
       if (!recorded) {
         throw new InputError(`The ${this.direction} model file records no settings for the search "${name}" ` +
                              "(its manifest's searches); export it again with python -m tools.export_model.");
       }
-      const options = Object.assign({}, recorded, opts && opts.options);
-      const unknown = Object.keys(options).filter((k) => !SEARCHES[name].includes(k));
-      if (unknown.length) throw new InputError(`The search "${name}" has no option ${unknown.join(", ")}.`);
+      const given = opts && opts.options;
+      if (given !== undefined && (given === null || typeof given !== "object" || Array.isArray(given))) {
+        throw new InputError(`options must be an object such as { beam_size: 4 }, not ${String(given)}.`);
+      }
+      const options = Object.assign({}, recorded, given);
+      const bounds = searches[name];
+      const unknown = Object.keys(options).filter((k) => !Object.hasOwn(bounds, k));
+      if (unknown.length) {
+        throw new InputError(`The search "${name}" has no option ${unknown.join(", ")}; its options: ` +
+                             `${Object.keys(bounds).join(", ") || "none"}.`);
+      }
+      for (const [key, value] of Object.entries(options)) {
+        const problem = optionProblem(name, key, value, bounds[key]);
+        if (problem) throw new InputError(problem);
+      }
       return options;
     }
 
     * decode(text, opts) {
       const t0 = performance.now();
-      const search = (opts && opts.search) || "greedy", options = this.searchOptions(search, opts);
+      const search = opts && opts.search !== undefined ? opts.search : "greedy";
+      const options = this.searchOptions(search, opts);
       const s = this.source(text);
       const limit = Math.min(this.model.maxLen, s.src.length + this.manifest.max_extra); // §6.1, per sentence
       const out = yield* (search === "beam" ? this.model.beam(s.src, limit, options.beam_size, options.alpha)
@@ -936,7 +1141,9 @@
     }
 
     translateSync(text, opts) { return runSync(this.decode(text, opts)); }
-    translate(text, opts) { return runAsync(this.decode(text, opts), (opts && opts.sliceMs) || 40); }
+    translate(text, opts) {
+      return runAsync(this.decode(text, opts), opts && typeof opts.sliceMs === "number" ? opts.sliceMs : 40);
+    }
 
     // attention_maps over the translation: decoder input <s> + output.
     attention(result) {
@@ -1025,6 +1232,29 @@
     return problems.slice(0, 3);
   }
 
+  // Where the tensors and the sentencepiece model lie in the data, against its size
+  // (atkit/export.py's layout_problems): each within it, an int8 matrix with its
+  // scales, an alias of a tensor.
+  function layoutProblems(meta) {
+    const size = meta.size, problems = [], width = { int8: 1, float16: 2, float32: 4 };
+    const names = new Set(meta.tensors.map((e) => e.name));
+    for (const e of meta.tensors) {
+      const n = e.shape.reduce((a, b) => a * b, 1);
+      if (e.offset + n * width[e.dtype] > size) problems.push(`${e.name} lies beyond the ${size} bytes of data`);
+      if (e.dtype === "int8" && e.shape.length !== 2) problems.push(`${e.name} is int8 but not a matrix`);
+      else if (e.dtype === "int8" && !("scales" in e)) problems.push(`${e.name} is int8 without its scales`);
+      else if (e.dtype === "int8" && e.scales + 4 * e.shape[0] > size) {
+        problems.push(`${e.name}'s scales lie beyond the ${size} bytes of data`);
+      }
+    }
+    for (const [name, target] of Object.entries(meta.aliases)) {
+      if (!names.has(target)) problems.push(`the alias ${name} names no tensor (${target})`);
+    }
+    const sp = meta.sentencepiece;
+    if (sp.offset + sp.size > size) problems.push(`the sentencepiece model lies beyond the ${size} bytes of data`);
+    return problems.slice(0, 3);
+  }
+
   // How far a source is from what the model was trained on, for the translation
   // page's note: the manifest's `domain` (tools/export_model.py's `domain`, which
   // computes the same for the validation captions). The source ids group into words
@@ -1049,35 +1279,290 @@
   }
   root.atkitDomain = { unfamiliar };
 
-  // options.wasm = false: JavaScript loops only (the page's fallback, for tests)
-  async function load(data, options) {
-    const fields = ["direction", "meta", "data", "sha256"];
-    if (!data || data.format !== 2 || fields.some((f) => typeof data[f] !== "string")) {
-      throw new Error("not a model file of tools.export_model for this page (format 2, with a checksum): export it again with python -m tools.export_model");
+  // ------------------------------------------------------------------ the schema
+  // The schema of a model file's meta (atkit/page/model_schema.json, written by
+  // python -m tools.model_schema), which atkit/export.py checks with the jsonschema
+  // package: the page inlines it before this script (globalThis.atkitModelSchema),
+  // Node reads the file beside this one.
+  function modelSchema() {
+    if (root.atkitModelSchema) return root.atkitModelSchema;
+    if (typeof module === "object" && typeof require === "function") {
+      root.atkitModelSchema = require("./model_schema.json");
+      return root.atkitModelSchema;
     }
-    const direction = data.direction, file = `The ${direction} model file`;
-    const restore = `restore it with git checkout docs/translate/${direction}.js (or export it again with python -m tools.export_model)`;
-    const content = new TextEncoder().encode(`${direction}\n${data.meta}\n${data.data}`);
-    if (sha256Hex(content) !== data.sha256) {
-      throw new Error(`${file} is damaged: its content does not match the SHA-256 it carries; ${restore}.`);
-    }
-    const meta = JSON.parse(data.meta);
-    const problems = shapeProblems(meta);
-    if (problems.length) {
-      throw new Error(`${file} is damaged: its tensors do not fit its manifest's settings (${problems.join("; ")}); ${restore}.`);
-    }
-    const decoding = decodingProblems(meta.manifest);
-    if (decoding.length) {
-      throw new Error(`${file} has no usable decoding settings in its manifest (${decoding.join("; ")}): ` +
-                      "export it again with python -m tools.export_model.");
-    }
-    let blob = fromBase64(data.data);
-    if (meta.encoding === "deflate") blob = await inflate(blob);
-    if (blob.length !== meta.size) throw new Error(`${file} is damaged: ${blob.length} bytes of data, ${meta.size} expected; ${restore}.`);
-    return new Translator(Object.assign({ format: data.format, direction }, meta), blob, options);
+    throw new Error("this page lacks the model file's schema (atkit/page/model_schema.json): render it again " +
+                    "with python -m tools.export_model --page-only");
   }
 
-  root.atkitTranslator = { load, InputError, SEARCHES, SpacyTokenizer, SentencePieceBPE, Transformer, fromBase64, inflate };
+  function typeOk(value, type) {
+    switch (type) {
+      case "object": return value !== null && typeof value === "object" && !Array.isArray(value);
+      case "array": return Array.isArray(value);
+      case "string": return typeof value === "string";
+      case "integer": return Number.isInteger(value);
+      case "number": return typeof value === "number" && Number.isFinite(value);
+      case "boolean": return typeof value === "boolean";
+      case "null": return value === null;
+      default: return false;
+    }
+  }
+
+  const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+  const isBase64 = (s) => s.length % 4 === 0 && BASE64.test(s);
+  const FORMATS = {
+    "js-regex": (s) => { try { new RegExp(s, "u"); return true; } catch (e) { return false; } },
+    base64: isBase64,
+  };
+  const FORMAT_WORDS = { "js-regex": "is not a pattern the page can compile", base64: "is not base64" };
+  const patterns = new Map();
+
+  function where(path) {
+    return path.map((p) => (typeof p === "number" ? `[${p}]` : `.${p}`)).join("").replace(/^\./, "") || "meta";
+  }
+
+  function short(value) {
+    const text = JSON.stringify(value);
+    return text.length <= 40 ? text : text.slice(0, 37) + "...";
+  }
+
+  // The first thing in `value` that breaks schema `s` (null: nothing), in the words
+  // of atkit/export.py's _error_words. The keywords the schema uses: type, const,
+  // enum, the bounds of numbers, strings, arrays and objects, pattern, format,
+  // required, properties, additionalProperties, prefixItems, items, anyOf, $ref.
+  function schemaProblem(value, s, path, defs) {
+    if (s.$ref) return schemaProblem(value, defs[s.$ref.replace("#/$defs/", "")], path, defs);
+    const at = where(path), shown = () => `${at}=${short(value)}`;
+    if (s.anyOf) {
+      const found = s.anyOf.map((branch) => schemaProblem(value, branch, path, defs));
+      if (found.some((f) => f === null)) return null;
+      const typed = s.anyOf.findIndex((b) => !b.type || typeOk(value, b.type));
+      return found[typed >= 0 ? typed : 0];
+    }
+    if ("const" in s && value !== s.const) return `${shown()}: must be ${short(s.const)}`;
+    if (s.enum && !s.enum.includes(value)) return `${shown()}: must be one of ${short(s.enum)}`;
+    if (s.type && !typeOk(value, s.type)) return `${shown()} is not of type ${s.type}`;
+    if (typeof value === "number") {
+      if (value < s.minimum) return `${shown()}: must be >= ${s.minimum}`;
+      if (value > s.maximum) return `${shown()}: must be <= ${s.maximum}`;
+      if (value <= s.exclusiveMinimum) return `${shown()}: must be > ${s.exclusiveMinimum}`;
+      if (s.multipleOf && value % s.multipleOf !== 0) return `${shown()}: must be a multiple of ${s.multipleOf}`;
+    }
+    if (typeof value === "string") {
+      const length = s.minLength !== undefined || s.maxLength !== undefined ? [...value].length : 0;
+      if (length < s.minLength) return `${shown()}: must be at least ${s.minLength} characters long`;
+      if (length > s.maxLength) return `${shown()}: must be at most ${s.maxLength} characters long`;
+      if (s.pattern) {
+        if (!patterns.has(s.pattern)) patterns.set(s.pattern, new RegExp(s.pattern, "u"));
+        if (!patterns.get(s.pattern).test(value)) return `${shown()}: is not of the form the exporter writes`;
+      }
+      if (s.format && !FORMATS[s.format](value)) return `${shown()}: ${FORMAT_WORDS[s.format]}`;
+    }
+    if (Array.isArray(value)) {
+      if (value.length < s.minItems) return `${shown()}: must have at least ${s.minItems} items`;
+      if (value.length > s.maxItems) return `${shown()}: must have at most ${s.maxItems} items`;
+      const first = s.prefixItems || [];
+      for (let i = 0; i < value.length; i++) {
+        const item = i < first.length ? first[i] : s.items;
+        const found = item && schemaProblem(value[i], item, [...path, i], defs);
+        if (found) return found;
+      }
+    }
+    if (typeOk(value, "object")) {
+      for (const key of s.required || []) if (!Object.hasOwn(value, key)) return `${at}.${key} is missing`;
+      const props = s.properties || {};
+      for (const [key, sub] of Object.entries(props)) {
+        const found = Object.hasOwn(value, key) && schemaProblem(value[key], sub, [...path, key], defs);
+        if (found) return found;
+      }
+      for (const key of Object.keys(value)) {
+        if (Object.hasOwn(props, key) || [undefined, true].includes(s.additionalProperties)) continue;
+        if (s.additionalProperties === false) return `${at}.${key} is not a field of a model file`;
+        const found = schemaProblem(value[key], s.additionalProperties, [...path, key], defs);
+        if (found) return found;
+      }
+      const n = Object.keys(value).length;
+      if (n < s.minProperties) return `${shown()}: must have at least ${s.minProperties} fields`;
+      if (n > s.maxProperties) return `${shown()}: must have at most ${s.maxProperties} fields`;
+    }
+    return null;
+  }
+
+  // ------------------------------------------------------------------ the file
+  // A model file is exactly one text (atkit/export.py's file_text): its header line,
+  // then one statement that stores {"format", "direction", "sha256", "meta", "data"}
+  // in globalThis.atkitModels[direction], meta written as JSON.stringify writes a
+  // string; sha256 is the SHA-256 of every other byte of the file.
+  const FORMAT = 3;
+  const headerLine = (d) => `/* The Annotated Transformer, rebuilt: the ${d} model of translate.html, ` +
+    "written by `python -m tools.export_model`; do not edit. */\n";
+  const statementStart = (d) => `(globalThis.atkitModels = globalThis.atkitModels || {})["${d}"] = ` +
+    `{"format":${FORMAT},"direction":"${d}","sha256":"`;
+  const HEADER = /^\/\* The Annotated Transformer, rebuilt: the ([a-z]+-[a-z]+) model of translate\.html, written by `python -m tools\.export_model`; do not edit\. \*\/\n/;
+  const OTHER_FORMAT = /^\(globalThis\.atkitModels = globalThis\.atkitModels \|\| \{\}\)\["[a-z-]+"\] = \{"format":(\d+),/;
+  const CONFLICT = /^(<{7}|={7}|>{7})( |$)/m;
+  const META = '","meta":', DATA = ',"data":"', END = '"};\n';
+
+  // A model file that cannot be used: kind "damaged", "foreign" (not a model file)
+  // or "format" (another format); the message says why, the caller adds what to do.
+  class ModelFileError extends Error {
+    constructor(kind, why) { super(why); this.kind = kind; }
+  }
+  const damaged = (why) => new ModelFileError("damaged", why);
+
+  // JSON.parse that refuses numbers JSON cannot hold exactly (1e400 is Infinity).
+  function parseFinite(text) {
+    return JSON.parse(text, (key, value) => {
+      if (typeof value === "number" && !Number.isFinite(value)) throw new SyntaxError(`${key}: not a finite number`);
+      return value;
+    });
+  }
+
+  // { direction, data, meta } of a model file's bytes (a Uint8Array, or a string of
+  // its characters), checked as atkit/export.py's parse_model_text checks them, in
+  // the same order; else a ModelFileError saying why.
+  function parseModelText(source) {
+    const bytes = typeof source === "string" ? null : source;
+    const n = bytes ? bytes.length : source.length;
+    for (let i = 0; i < n; i++) {
+      if ((bytes ? bytes[i] : source.charCodeAt(i)) > 127) {
+        throw damaged(`byte ${i} is not ASCII, and a model file is ASCII text`);
+      }
+    }
+    const text = bytes ? new TextDecoder("latin1").decode(bytes) : source;
+    if (CONFLICT.test(text)) throw damaged("it holds git's conflict markers (a merge left unfinished)");
+    const head = HEADER.exec(text);
+    if (!head) {
+      if (!text.includes("atkitModels")) throw new ModelFileError("foreign", "not a model file of tools.export_model");
+      throw damaged("its first line is not a model file's");
+    }
+    const direction = head[1], start = statementStart(direction);
+    let at = head[0].length;
+    if (!text.startsWith(start, at)) {
+      const other = OTHER_FORMAT.exec(text.slice(at, at + 200));
+      if (other && Number(other[1]) !== FORMAT) {
+        throw new ModelFileError("format", `format ${other[1]}, this code reads ${FORMAT} (a file whose hash covers every byte)`);
+      }
+      throw damaged("its statement does not start as a model file's does");
+    }
+    const shaAt = at + start.length, sha = text.slice(shaAt, shaAt + 64);
+    if (!/^[0-9a-f]{64}$/.test(sha) || !text.startsWith(META, shaAt + 64)) {
+      throw damaged("its SHA-256 is not where a model file has it");
+    }
+    if (!text.endsWith(END)) throw damaged("it does not end where its statement does (cut short, or text after it)");
+    at = shaAt + 64 + META.length;
+    const dataAt = text.lastIndexOf(DATA), data = text.slice(dataAt + DATA.length, text.length - END.length);
+    if (dataAt < at || !isBase64(data)) throw damaged("its data is not where a model file has it, as base64");
+    const rest = new Uint8Array(n - 64);
+    if (bytes) { rest.set(bytes.subarray(0, shaAt)); rest.set(bytes.subarray(shaAt + 64), shaAt); }
+    else for (let i = 0, j = 0; i < n; i++) if (i < shaAt || i >= shaAt + 64) rest[j++] = text.charCodeAt(i);
+    if (sha256Hex(rest) !== sha) {
+      throw damaged("its content does not match the SHA-256 it carries (it was edited or cut short)");
+    }
+    const literal = text.slice(at, dataAt);
+    let metaText;
+    try { metaText = JSON.parse(literal); } catch (e) { metaText = null; }
+    if (typeof metaText !== "string" || JSON.stringify(metaText) !== literal) {
+      throw damaged("its meta is not one JSON string as the exporter writes it");
+    }
+    for (let i = 0; i < metaText.length; i++) {
+      if (metaText.charCodeAt(i) > 127) throw damaged("its meta is not ASCII text");
+    }
+    let meta;
+    try { meta = parseFinite(metaText); } catch (e) { throw damaged(`its meta is not JSON (${String(e.message).slice(0, 100)})`); }
+    const schema = modelSchema();
+    const problem = schemaProblem(meta, schema, [], schema.$defs || {});
+    if (problem) throw damaged(`its content breaks the model file's schema: ${problem}`);
+    let problems = shapeProblems(meta);
+    if (problems.length) throw damaged(`its tensors do not fit its manifest's settings (${problems.join("; ")})`);
+    problems = layoutProblems(meta);
+    if (problems.length) throw damaged(`its data does not hold its tensors (${problems.join("; ")})`);
+    return { direction, data, meta };
+  }
+
+  // The text of a model file: the meta's JSON text (ASCII: JSON.stringify's with every
+  // other character as a \u escape, as Python's json.dumps writes it) and the data,
+  // with the SHA-256 of the rest (atkit/export.py's file_text; tests/js make files
+  // with it).
+  function modelFileText(direction, metaText, data) {
+    const head = headerLine(direction) + statementStart(direction);
+    const tail = META + JSON.stringify(metaText) + DATA + data + END;
+    const sha = sha256Hex(new TextEncoder().encode(head + tail));
+    return head + sha + tail;
+  }
+
+  function asciiJSON(value) {
+    return JSON.stringify(value).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  }
+
+  // The text of the file whose statement stored `object` (the page opened from disk
+  // runs the file as a script: the browser lets it read no file's bytes there).
+  function textOfObject(object) {
+    const fields = ["direction", "sha256", "meta", "data"];
+    if (object && typeof object === "object" && Number.isInteger(object.format) && object.format !== FORMAT) {
+      throw new ModelFileError("format", `format ${object.format}, this code reads ${FORMAT} (a file whose hash covers every byte)`);
+    }
+    if (!object || typeof object !== "object" || object.format !== FORMAT ||
+        fields.some((f) => typeof object[f] !== "string")) {
+      throw damaged("it does not store a model file's object");
+    }
+    return headerLine(object.direction) + statementStart(object.direction) + object.sha256 + META +
+      JSON.stringify(object.meta) + DATA + object.data + END;
+  }
+
+  // What to tell a reader about a model file that cannot be used (a ModelFileError,
+  // or a reason in words), with how to restore it.
+  function fileError(direction, err) {
+    const file = `The ${direction ? direction + " model" : "model"} file`;
+    const restore = `restore it with git checkout docs/translate/${direction || "<direction>"}.js ` +
+      "(or export it again with python -m tools.export_model)";
+    if (typeof err === "string") err = damaged(err);
+    if (err.kind === "foreign") return new Error(`${file} is ${err.message}; ${restore}, or move it out of the way.`);
+    if (err.kind === "format") return new Error(`${file} has ${err.message}; ${restore}.`);
+    return new Error(`${file} is damaged: ${err.message}; ${restore}.`);
+  }
+
+  // The direction a model file names (its header line, or its object's), if any.
+  function directionOf(source) {
+    if (source instanceof Uint8Array) source = new TextDecoder("latin1").decode(source.subarray(0, 200));
+    if (typeof source === "string") { const m = HEADER.exec(source); return m ? m[1] : null; }
+    return source && typeof source.direction === "string" && /^[a-z]+-[a-z]+$/.test(source.direction)
+      ? source.direction : null;
+  }
+
+  // `source`: the model file's bytes (a Uint8Array, as fetch() or Node's readFileSync
+  // give them), its text, or the object its statement stored (globalThis.atkitModels[
+  // direction], the page opened from disk). Every check of parseModelText, then the
+  // data inflated and measured. options.direction: the direction the caller expects
+  // (the page's messages name it); options.wasm = false: JavaScript loops only (the
+  // page's fallback, for tests).
+  async function load(source, options) {
+    const expected = options && options.direction;
+    let parsed;
+    try {
+      const text = typeof source === "string" || source instanceof Uint8Array ? source : textOfObject(source);
+      parsed = parseModelText(text);
+    } catch (err) {
+      if (err instanceof ModelFileError) throw fileError(expected || directionOf(source), err);
+      throw err;
+    }
+    const { direction, data, meta } = parsed;
+    if (expected && expected !== direction) {
+      throw fileError(expected, `it holds the ${direction} model`);
+    }
+    let blob;
+    try {
+      blob = await inflate(fromBase64(data));
+    } catch (err) {
+      throw fileError(direction, `its deflated data cannot be read (${err.message})`);
+    }
+    if (blob.length !== meta.size) throw fileError(direction, `${blob.length} bytes of data, ${meta.size} said`);
+    return new Translator(Object.assign({ format: FORMAT, direction }, meta), blob, options);
+  }
+
+  root.atkitTranslator = {
+    load, fileError, modelFileText, asciiJSON, InputError, searches: pageSearches, SpacyTokenizer, SentencePieceBPE, Transformer, fromBase64,
+    inflate,
+  };
 })(typeof globalThis !== "undefined" ? globalThis : this);
 
 // Node (the unit tests in tests/js) loads this file as a CommonJS module: the same API.
