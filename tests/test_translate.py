@@ -1267,7 +1267,7 @@ translator.load(new Uint8Array(fs.readFileSync(process.argv[2])), { wasm: false 
 
 
 def test_the_page_decodes_with_the_recipes_beam_size(
-    lib, small_run, tmp_path, monkeypatch
+    lib, small_run, tmp_path, monkeypatch, on_toy_corpus
 ):
     """issue 67: the beam size that the page decodes with is the recipe's choice
     (RecipeConfig.beam_size, which Part 4's table decodes with), recorded in the
