@@ -8,6 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NB := annotated_transformer
 EX := exercises
+SINCE := since_2017
 # Use the local Multi30k copy beside the checkout when there is one (no download).
 SHARED_DATA := $(abspath ../shared/data/multi30k)
 ifneq ($(wildcard $(SHARED_DATA)/train.de.gz),)
@@ -28,18 +29,23 @@ export AT_PRESET := $(value PRESET)
 PRESET_ARG := --preset "$$AT_PRESET"
 endif
 
-.PHONY: help setup check-preset run execute exercises readme page figures test test-fast test-js js-golden schema pytest lint format sync export train seeds bench precision freeze clean
+.PHONY: help setup check-preset run execute exercises since readme page figures test test-fast test-js js-golden schema pytest lint format sync export train seeds bench precision freeze clean
 
 help:
 	@echo "make run    - execute the notebook end to end (outputs into $(NB).ipynb) and render docs/index.html"
 	@echo "             (and the exercises, $(EX).ipynb, into docs/$(EX).html)"
 	@echo "make exercises - execute $(EX).ipynb (stubs unfilled) and render docs/$(EX).html (seconds)"
-	@echo "make page   - render docs/index.html and docs/$(EX).html from the notebooks (nbconvert + KaTeX, --strict),"
+	@echo "make since PRESET=cpu - execute $(SINCE).ipynb (every row trained or loaded, resumable;"
+	@echo "             about two hours on 2 CPU cores) and render docs/$(SINCE).html"
+	@echo "make page   - render docs/index.html, docs/$(EX).html and docs/$(SINCE).html from the notebooks"
+	@echo "             (nbconvert + KaTeX, --strict),"
 	@echo "             and docs/translate.html for the model in docs/translate/ (python -m tools.export_model --page-only)"
 	@echo "make test   - pytest (the notebook executed once as on Colab, ci preset) + nbval on $(EX).ipynb + ruff"
 	@echo "make test-fast - the tests that need no training, process, browser, notebook or Multi30k (< 1 min)"
 	@echo "make figures - draw images/*.svg and *.png (images/draw_figures.py)"
-	@echo "make sync   - update $(NB).ipynb's and $(EX).ipynb's cells from their .md (outputs kept)"
+	@echo "make sync   - update $(NB).ipynb's, $(EX).ipynb's and $(SINCE).ipynb's cells from their .md"
+	@echo "             (outputs kept)"
+	@echo "make export - write annotated_transformer_lib.py, the notebook's library cells (committed)"
 	@echo "make lint / make format - ruff on the Python files and the notebook's code; make lint runs"
 	@echo "             eslint on the JavaScript too (installs node_modules from package-lock.json)"
 	@echo "make test-js - the JavaScript unit tests (node --test tests/js/), against tests/js/golden/"
@@ -66,7 +72,7 @@ $(STAMP): requirements.txt
 	@touch $(STAMP)
 
 sync: setup
-	$(PY) -m jupytext --to ipynb --update $(NB).md $(EX).md
+	$(PY) -m jupytext --to ipynb --update $(NB).md $(EX).md $(SINCE).md
 
 export: setup
 	$(PY) nbexport.py
@@ -83,6 +89,7 @@ execute: check-preset sync export
 page: setup
 	$(PY) -m tools.render_page --strict --notebook $(NB).ipynb --out docs/index.html
 	$(PY) -m tools.render_page --strict --notebook $(EX).ipynb --out docs/$(EX).html
+	$(PY) -m tools.render_page --strict --notebook $(SINCE).ipynb --out docs/$(SINCE).html
 	$(PY) -m tools.export_model --page-only --out docs
 
 # The four drawings (SVG and the PNG the notebook shows), byte-identical run to run.
@@ -93,6 +100,12 @@ figures: setup
 exercises: sync export
 	$(EXECUTE) $(EX).ipynb
 	$(PY) -m tools.render_page --strict --notebook $(EX).ipynb --out docs/$(EX).html
+
+# Since 2017: every row of its table trained (or loaded, when checkpoints/<preset>/
+# since_2017/ holds it finished; an interrupted run resumes), measured and rendered.
+since: check-preset sync export
+	$(EXECUTE) $(SINCE).ipynb
+	$(PY) -m tools.render_page --strict --notebook $(SINCE).ipynb --out docs/$(SINCE).html
 
 readme: setup
 	$(PY) -m tools.readme_results --notebook $(NB).ipynb
@@ -108,9 +121,12 @@ $(NODE_STAMP): package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $(NODE_STAMP)
 
+# nbexport.py --check: the committed annotated_transformer_lib.py is what the notebook's
+# library cells give (make export writes it again).
 lint: setup $(NODE_STAMP)
-	$(PY) -m ruff check . $(NB).ipynb $(EX).ipynb
-	$(PY) -m ruff format --check . $(NB).ipynb $(EX).ipynb
+	$(PY) nbexport.py --check
+	$(PY) -m ruff check . $(NB).ipynb $(EX).ipynb $(SINCE).ipynb
+	$(PY) -m ruff format --check . $(NB).ipynb $(EX).ipynb $(SINCE).ipynb
 	node_modules/.bin/eslint .
 
 # The JavaScript of the pages (atkit/page/translator.js, atkit/page/attention_view.js) on Node's
@@ -129,9 +145,9 @@ schema: export
 	$(PY) -m tools.model_schema
 
 format: setup
-	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md $(EX).md
+	$(PY) -m jupytext --pipe "$(abspath $(VENV))/bin/ruff format --stdin-filename cell.py -" $(NB).md $(EX).md $(SINCE).md
 	@# the pipe leaves extra blank lines around cells; keep one
-	for nb in $(NB).md $(EX).md; do $(PY) -c "import re,pathlib as p; f=p.Path('$$nb'); \
+	for nb in $(NB).md $(EX).md $(SINCE).md; do $(PY) -c "import re,pathlib as p; f=p.Path('$$nb'); \
 		s=f.read_text(); s=re.sub(r'\n\n\n+(\x60\x60\x60python)', r'\n\n\1', s); \
 		f.write_text(re.sub(r'(\n\x60\x60\x60\n)\n\n+', r'\1\n', s))"; done
 	$(PY) -m ruff format .
@@ -139,7 +155,8 @@ format: setup
 
 # The tests run in the small `ci` preset whatever the hardware. The notebook itself is
 # executed once, as Colab runs it (tests/test_colab.py, which also compares the cells
-# tagged nbval-check-output with the committed outputs); nbval runs the exercises.
+# tagged nbval-check-output with the committed outputs), and so is since_2017.ipynb
+# (tests/test_since_2017.py); nbval runs the exercises.
 # Two pytest-xdist workers share the cores with that run; the tests that share a
 # trained run go to one worker (tests/conftest.py groups them), so none trains twice.
 WORKERS ?= 2

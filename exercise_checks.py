@@ -7,9 +7,10 @@ is wrong.
     check.attention(attention)   # -> a Verdict: correct, wrong (and why), not done
 
 This module sits beside exercises.md, not in atkit: atkit is a library that the main
-notebook imports, and it never imports the notebook; the checks do, through
-nbexport.load(). On Colab the notebook's Setup cell clones the repository and works
-inside the clone, so this file is importable there as it is in a checkout.
+notebook imports, and it never imports the notebook; the checks do, by name
+(`annotated_transformer_lib`, which nbexport.py writes from it). On Colab the
+notebook's Setup cell clones the repository and works inside the clone, so this file
+is importable there as it is in a checkout.
 
 A check never raises, whatever the reader's function does or returns. A stub that
 still raises NotImplementedError is "not done yet"; an error inside the reader's
@@ -159,11 +160,10 @@ def _exercise(body):
 
 @functools.cache
 def _lib():
-    """The main notebook's library code (exported and imported by nbexport.py), once
-    per kernel: checking that the export is fresh reads the whole notebook."""
-    import nbexport
+    """The main notebook's library code (the module nbexport.py writes from it)."""
+    import annotated_transformer_lib
 
-    return nbexport.load()
+    return annotated_transformer_lib
 
 
 def _short(text: str, limit: int = 60) -> str:

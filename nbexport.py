@@ -1,48 +1,45 @@
-"""Turn the notebook's library cells into an importable Python module.
+"""Turn the notebook's library cells into the module `annotated_transformer_lib`.
 
 `annotated_transformer.md` is the only place the code lives. A code cell is part of
 the library unless it carries the jupytext tag ``demo``; demo cells (plots, printed
 checks, training runs) execute in Jupyter but never on import. That tag is the one
 gate that decides.
 
-    python nbexport.py            # writes build/annotated_transformer_lib.py
-    python nbexport.py --check    # exits 1 if that file is stale
+    python nbexport.py            # writes annotated_transformer_lib.py (make export)
+    python nbexport.py --check    # exits 1 if that file is stale (make lint)
 
-A library cell that does not compile (a syntax error, a stray indent, a conflict
-marker) is refused before anything is written or imported: `nbexport.py: error:
-annotated_transformer.md:<line>: ...`, exit status 2; `load` and `registry_names`
-raise the same error (atkit.records.MalformedFileError), which every tool prints as
-one `error:` line.
-
-The generated file keeps every library line on the line it has in the notebook's
-`.md` (the lines between cells are blank), and each block opens with a comment that
-names its section and place, like d2l's "Defined in" notes:
+The module is committed beside the notebook, as d2l commits `d2l/torch.py`: programs,
+the pipeline and the tests import it by name (`import annotated_transformer_lib`), and
+editors, grep and import-graph tools follow it like any module. It keeps every library
+line on the line it has in the notebook's `.md` (the lines between cells are blank),
+so a traceback's `annotated_transformer_lib.py", line N` is line N of the notebook;
+each block opens with a comment that names its section and place, like d2l's
+"Defined in" notes:
 
     # --- Part 3 › The training loop (annotated_transformer.md:2391) ---
 
-Tools and tests call :func:`load`, which rewrites the file when the notebook changed
-and imports it as the module ``annotated_transformer_lib``, compiled under the
-notebook's own file name: a traceback from a test or a torchrun worker names
-`annotated_transformer.md` and the line there, and shows that line. Worker processes
-that import the module by name (pickling, DataLoader workers) find the same file with
-its folder on PYTHONPATH; it is rewritten from the notebook, never edited by hand.
+It is rewritten from the notebook, never edited by hand; a test and `make lint` fail
+while it differs from what the notebook's cells give.
+
+A library cell that does not compile (a syntax error, a stray indent, a conflict
+marker) is refused before anything is written: `nbexport.py: error:
+annotated_transformer.md:<line>: ...`, exit status 2; `export` and `registry_names`
+raise the same error (atkit.records.MalformedFileError), which every tool prints as
+one `error:` line.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
-import importlib.util
 import re
 import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 NOTEBOOK = ROOT / "annotated_transformer.md"
-EXPORT = ROOT / "build" / "annotated_transformer_lib.py"
+EXPORT = ROOT / "annotated_transformer_lib.py"
 MODULE_NAME = "annotated_transformer_lib"
 DEMO_TAG = "demo"
 FENCE = re.compile(r"^```python\b")
@@ -142,33 +139,36 @@ def library_cells(path: Path = NOTEBOOK) -> list[str]:
     return [b.source for b in library_blocks(path)]
 
 
+HEADER = (  # one line: the notebook's first code cell may start early
+    "# Generated from {name} by nbexport.py (make export): edit the notebook, not this "
+    "file. Line N here is line N of {name}, so a traceback's line number is the "
+    "notebook's. `python nbexport.py --check` fails while this file is stale."
+)
+
+
 def module_source(path: Path = NOTEBOOK) -> str:
     """The module's text: each library line on its .md line number."""
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    out = [
-        f"# Generated from {path.name} (sha256 {digest}) by nbexport.py; edit the "
-        "notebook instead."
-    ]
+    out = [HEADER.format(name=Path(path).name)]
     for block in library_blocks(path):
-        header = f"# --- {block.section} ({path.name}:{block.line}) ---"
+        header = f"# --- {block.section} ({Path(path).name}:{block.line}) ---"
         out += [""] * (block.line - 2 - len(out))  # blank up to the fence's line
         out.append(header)
         out += block.source.splitlines()
     return "\n".join(out) + "\n"
 
 
+def is_current(path: Path | None = None, out: Path | None = None) -> bool:
+    """Whether `out` (the module) holds exactly what the notebook's cells give."""
+    source = module_source(NOTEBOOK if path is None else path)  # refuses a bad cell
+    out = EXPORT if out is None else out
+    return out.exists() and out.read_text(encoding="utf-8") == source
+
+
 def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
     """Write the module if it is missing or stale; returns its path. Several
-    processes may do this at once: each writes the same text through a rename. A
-    module whose first line names the notebook's current digest is current: the
-    notebook is not parsed again (a worker process starts faster). The module is
-    never written over the notebook (atkit.files.check_outputs); a symbolic link
-    stays one (the file it points to is rewritten)."""
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    if out.exists():
-        with open(out, encoding="utf-8") as f:
-            if f"(sha256 {digest})" in f.readline():
-                return out
+    processes may do this at once: each writes the same text through a rename. The
+    module is never written over the notebook (atkit.files.check_outputs); a
+    symbolic link stays one (the file it points to is rewritten)."""
     source = module_source(path)
     if not out.exists() or out.read_text(encoding="utf-8") != source:
         from atkit.files import check_outputs, write_text_atomic
@@ -180,33 +180,12 @@ def export(path: Path = NOTEBOOK, out: Path = EXPORT) -> Path:
     return out
 
 
-def load(path: Path = NOTEBOOK) -> types.ModuleType:
-    """The notebook's library as the module ``annotated_transformer_lib`` (exported
-    first if stale; imported once per process), compiled under the notebook's file
-    name so that tracebacks point into the notebook."""
-    out = export(path)
-    module = sys.modules.get(MODULE_NAME)
-    if module is not None and getattr(module, "__file__", None) == str(out):
-        return module
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, out)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE_NAME] = module  # dataclasses and pickling look it up by name
-    source = out.read_text(encoding="utf-8")
-    code = compile(source, str(path), "exec", dont_inherit=True)  # no __future__
-    try:
-        exec(code, module.__dict__)  # noqa: S102 (the notebook's own code)
-    except BaseException:
-        del sys.modules[MODULE_NAME]
-        raise
-    return module
-
-
 def registry_names(name: str, path: Path = NOTEBOOK) -> tuple[str, ...]:
     """The names a registry of the notebook holds, read from its library cells
     without running them (so neither torch nor the notebook loads): the string keys
     of `NAME = {...}` and of every later `NAME["key"] = ...`, or the strings of
     `NAME = (...)`, in the order the notebook adds them. A command line's --help
-    and the tests' collection read choices this way; `load()` gives the objects."""
+    and the tests' collection read choices this way; the module gives the objects."""
     import ast
 
     def literal(node, block: Block):
@@ -252,10 +231,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.check:
-            source = module_source(NOTEBOOK)
-            if not EXPORT.exists() or EXPORT.read_text(encoding="utf-8") != source:
+            if not is_current():
                 state = "is stale" if EXPORT.exists() else "is missing"
-                print(f"{EXPORT} {state}: run `python nbexport.py`", file=sys.stderr)
+                print(
+                    f"{EXPORT.name} {state}: run `python nbexport.py` (make export)",
+                    file=sys.stderr,
+                )
                 return 1
             return 0
         print(export(NOTEBOOK))

@@ -2,16 +2,19 @@
 AT_PRESET read them at once).
 
 - `RunConfig`: everything about one training run; its `model` is the notebook's
-  `ModelConfig` (Part 1), which the notebook hands over with `use_model(model_config)`.
+  `ModelConfig` (Part 1), checked with the bounds its fields declare. The pipeline
+  makes RunConfigs (`pipeline.run_config`, `pipeline.config_from_dict`): it imports
+  the notebook's code, this module never does.
 - `RecipeConfig`: Part 4's decoding choices, made on val (beam, length penalty,
   averaging).
 - `PRESETS`: one `Preset` record per name; every list of preset names (AT_PRESET, each
   program's --preset) is `preset_names()`, and what differs between presets is a field
-  of the record, never an `if` on a name. How long the long cells took in the
-  committed run is in `runs/cell-minutes.json` (written by `make readme` from the
-  executed notebook), read by `expected_time`.
+  of the record, never an `if` on a name: even the preset chosen by default on a
+  machine is the one whose record names its device (`default_preset`). How long the
+  long cells took in the committed run is in `runs/cell-minutes.json` (written by
+  `make readme` from the executed notebook), read by `expected_time`.
 - The vocabulary kinds `RunConfig.vocab` chooses from, each with the Part whose cell
-  defines it: a kind used before that cell ran is refused naming the cell.
+  defines it.
 """
 
 from dataclasses import asdict, dataclass, fields
@@ -23,6 +26,7 @@ from atkit.settings import (
     ConfigError,
     ConfigTypeError,
     check_fields,
+    check_model,
     check_named,
     setting,
     with_overrides,
@@ -50,51 +54,9 @@ VOCAB_KINDS = {
     "words": VocabKind("Part 3", "Vocabulary", "min_freq"),
     "bpe": VocabKind("Part 4 (§5.1)", "One subword vocabulary", "bpe_size"),
 }
-_VOCABS: dict[str, tuple[type, Any]] = {}  # kind -> (class, builder), as registered
-
-
-def register_vocab(kind: str, cls: type, build) -> None:
-    """The notebook's class of vocabulary `kind` (with `from_state`) and its builder
-    `build(cfg, src_sentences, tgt_sentences) -> (src_vocab, tgt_vocab)`."""
-    if kind not in VOCAB_KINDS:
-        raise ConfigError(f"vocab={kind!r} is no kind of {list(VOCAB_KINDS)}")
-    _VOCABS[kind] = (cls, build)
-
-
-def vocab_kind(kind: str) -> tuple[type, Any]:
-    """(class, builder) of vocabulary `kind`; a kind whose cell has not run yet is
-    refused, naming the cell."""
-    if kind in _VOCABS:
-        return _VOCABS[kind]
-    if kind in VOCAB_KINDS:
-        k = VOCAB_KINDS[kind]
-        others = [n for n in _VOCABS if n != kind]
-        instead = f", or use vocab={others[0]!r}" if others else ""
-        raise ConfigError(
-            f"vocab={kind!r} is built in {k.part}: run {k.part.split(' (')[0]}'s "
-            f'"{k.cell}" cell first{instead}'
-        )
-    raise ConfigError(f"vocab={kind!r} is unknown; use one of {list(VOCAB_KINDS)}")
 
 
 # ------------------------------------------------------------------ RunConfig
-
-_MODEL: dict[str, Any] = {}  # "make": the notebook's model_config (use_model)
-
-
-def use_model(model_config) -> None:
-    """Hand over the notebook's `model_config(size, **overrides)` (Part 1), which
-    makes the `ModelConfig` a RunConfig holds."""
-    _MODEL["make"] = model_config
-
-
-def make_model_config(**settings):
-    if "make" not in _MODEL:
-        raise ConfigError(
-            "RunConfig needs the notebook's ModelConfig: run Part 3's first cell "
-            "(or load the notebook's code with nbexport) first"
-        )
-    return _MODEL["make"](**settings)
 
 
 @dataclass(frozen=True)
@@ -133,6 +95,7 @@ class RunConfig:
         if not hasattr(model, "__dataclass_fields__") or isinstance(model, type):
             kind = type(model).__name__
             raise ConfigTypeError(f"RunConfig.model must be a ModelConfig, not {kind}")
+        check_model(model)  # the bounds that ModelConfig's fields declare
         check_fields(self)
 
     def updated(self, **changes) -> "RunConfig":
@@ -147,10 +110,6 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
-        return cls(**{**d, "model": make_model_config(**d["model"])})
 
 
 @dataclass(frozen=True)
@@ -184,7 +143,8 @@ class Preset:
     `recipe`: Part 4's; `about`: what it is for, in a few words; `one_thread`: torch
     uses one thread (models too small to split), else the cores, shared among the
     processes; `publishes`: its run's Part 4 model is the one the page serves
-    (exported into docs/)."""
+    (exported into docs/); `default_on`: the device type ("cpu", "cuda") on which it
+    is the preset chosen when AT_PRESET names none."""
 
     about: str
     model: dict
@@ -192,6 +152,7 @@ class Preset:
     recipe: RecipeConfig
     one_thread: bool = False
     publishes: bool = False
+    default_on: str | None = None
 
     def __post_init__(self):
         check_named(RunConfig, {"model": None, **self.run})
@@ -248,6 +209,7 @@ PRESETS = {
         ),
         recipe=RecipeConfig(n_avg=6, post_schedule=False),  # one model less: shorter
         publishes=True,
+        default_on="cpu",
     ),
     "gpu": Preset(  # each value is a choice; the deep dive on presets gives sources
         about="a larger model for one or more GPUs",
@@ -271,6 +233,7 @@ PRESETS = {
             compile=True,
         ),
         recipe=RecipeConfig(n_avg=5, post_warmup=1600),  # post-norm: peak 2.5e-4
+        default_on="cuda",
     ),
 }
 
@@ -287,6 +250,12 @@ def preset(name: str, what: str = "preset") -> Preset:
     return PRESETS[name]
 
 
+def default_preset(device_type: str) -> str:
+    """The preset whose record is the default on `device_type` ("cpu", "cuda")."""
+    (name,) = [n for n, p in PRESETS.items() if p.default_on == device_type]
+    return name
+
+
 def publisher() -> str:
     """The preset whose run the page serves (its record's `publishes`)."""
     (name,) = [n for n, p in PRESETS.items() if p.publishes]
@@ -301,13 +270,6 @@ def add_preset_option(parser, default=None, help=None) -> None:
         default=default,
         help=help or "the run's size (default: AT_PRESET, else the hardware's)",
     )
-
-
-def run_config(name: str, **changes) -> RunConfig:
-    """The RunConfig of preset `name`, with some run or model settings changed."""
-    p = preset(name)
-    model = make_model_config(**p.model)
-    return RunConfig(model=model, **p.run).updated(**changes)
 
 
 def settings_table(name: str) -> str:
@@ -387,15 +349,6 @@ def expected_time(name: str, cell: str, path: Path = MINUTES_FILE) -> str:
         f"expected: about {max(1, round(minutes))} min with preset {name} on "
         f"{run['machine']}"
     )
-
-
-def vocab_from_state(state: dict):
-    """The vocabulary a checkpoint stored (its `state()`), of the class registered
-    for its kind."""
-    kind = state.get("kind") if isinstance(state, dict) else None
-    if kind not in VOCAB_KINDS:
-        raise ConfigError(f"unknown vocabulary kind {kind!r} in a checkpoint")
-    return vocab_kind(kind)[0].from_state(state)
 
 
 def check_copy_task(cfg: RunConfig) -> None:

@@ -1,11 +1,10 @@
-"""Multi30k task 1 and the data pipeline around the notebook's vocabularies.
+"""Multi30k task 1 and the steps around the notebook's vocabularies.
 
-The pipeline (the second half of this module): spaCy's rule-based tokenizers (built
-once per language), the tokenized splits (cached: the training split takes seconds and
-Part 4 needs it several times), `prepare_data` (tokenize, build the vocabularies with
-the builder the notebook registered for `cfg.vocab`, frame each sentence with <s> and
-</s>, leave out training pairs longer than `max_sent_len`), the check of the token
-budget, and each epoch's batch order.
+The second half of this module: spaCy's rule-based tokenizers (built once per
+language), the tokenized splits (cached: the training split takes seconds and Part 4
+needs it several times), framing with <s> and </s>, learning BPE pieces, the check of
+the token budget, and each epoch's batch order. `pipeline.prepare_data` puts them
+together with the notebook's vocabularies.
 
 The files: the six raw files of the public multi30k
 dataset repository, verified against their SHA-256 digests on every run.
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atkit.files import FolderLock
-from atkit.settings import check_setting
+from atkit.settings import ConfigError, check_setting
 
 MULTI30K_URL = (
     "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
@@ -359,42 +358,6 @@ def other_lang(lang: str) -> str:
     return LANGS[1 - LANGS.index(lang)]
 
 
-def prepare_data(cfg, root=None, vocabs=None) -> TranslationData:
-    """The data of a RunConfig `cfg`; with `vocabs` (source, target), encoded with
-    those, as a trained model needs, instead of with newly built ones (by the builder
-    of `cfg.vocab`, atkit.config.vocab_kind). Evaluation sentences are never cut."""
-    from atkit.config import ConfigError, vocab_kind
-
-    root = str(data_root(root))
-    src_lang, tgt_lang = cfg.src_lang, other_lang(cfg.src_lang)
-    tok = {lang: tokenized("train", lang, cfg.n_train, root) for lang in LANGS}
-    if vocabs is None:
-        build = vocab_kind(cfg.vocab)[1]
-        vocabs = build(cfg, tok[src_lang], tok[tgt_lang])
-    vs, vt = vocabs
-    train = [
-        (frame(vs.encode(s)), frame(vt.encode(t)))
-        for s, t in zip(tok[src_lang], tok[tgt_lang], strict=True)
-    ]
-    train = [(s, t) for s, t in train if max(len(s), len(t)) <= cfg.max_sent_len]
-    if not train:
-        raise ConfigError(
-            f"RunConfig.max_sent_len={cfg.max_sent_len}: no training pair fits; "
-            "give a larger max_sent_len"
-        )
-    sources, text = {}, {}
-    for split in EVAL_SPLITS:
-        sides = dict(zip(LANGS, read_split(split, root), strict=True))
-        text[split] = (sides[src_lang][: cfg.n_eval], sides[tgt_lang][: cfg.n_eval])
-        src_tok = tokenized(split, src_lang, cfg.n_eval, root)
-        sources[split] = [frame(vs.encode(s)) for s in src_tok]
-    val_tgt = tokenized("val", tgt_lang, cfg.n_eval, root)
-    val = [
-        (s, frame(vt.encode(t))) for s, t in zip(sources["val"], val_tgt, strict=True)
-    ]
-    return TranslationData(vs, vt, train, val, sources, text, src_lang)
-
-
 def learn_bpe(lines: list[str], vocab_size: int) -> bytes:
     """A sentencepiece BPE model (its bytes) of `vocab_size` pieces learnt from
     `lines` in memory: every character kept (character_coverage=1.0), the text as it
@@ -403,8 +366,6 @@ def learn_bpe(lines: list[str], vocab_size: int) -> bytes:
     import io
 
     import sentencepiece as spm
-
-    from atkit.config import ConfigError
 
     out = io.BytesIO()
     try:
@@ -443,8 +404,6 @@ def pair_lengths(pairs) -> list[tuple[int, int]]:
 def check_token_budget(cfg, pairs) -> None:
     """A budget that the longest training pair alone exceeds is an error: that pair
     would be a batch of its own, over the budget, in every epoch."""
-    from atkit.config import ConfigError
-
     m = cfg.pad_multiple
     longest = max((-(-max(n) // m) * m for n in pair_lengths(pairs)), default=0)
     if longest > cfg.max_tokens:

@@ -19,7 +19,7 @@ one whose `meta` breaks the schema both read (atkit/page/model_schema.json, writ
 the search options' bounds from the notebook's SEARCHES), and one whose tensors do
 not have the shapes that its manifest's settings give or do not lie within its data.
 `read_model` gives the content back to Python; dequantized as the page dequantizes
-it, the weights load into the notebook's `build_model` (see the notebook's
+it, the weights load into the notebook's `build_model` (see `pipeline.export`'s
 `load_exported`).
 
 The same content gives the same bytes: no time stamps, a fixed order, deflate at one

@@ -11,6 +11,10 @@ model comes in as an argument and its modules are recognised by what they hold:
 * a *layer norm* holds `gamma`, `beta` and `eps` (Part 1's `LayerNorm`);
 * a dropout is an `nn.Dropout`.
 
+A class that computes something else with those names says so with the class
+attribute `keeps_forward = True` (since_2017.ipynb's `Attention`, which rotates,
+normalises or groups its queries and keys): its modules keep their own forward.
+
 `set_fast_path` changes only the class of such a module, to a subclass whose `forward`
 is the fused one, so the weights, the state dict's keys and `isinstance` stay as they
 were, and checkpoints move freely between the paths.
@@ -97,6 +101,8 @@ def fast_class(module, attn_impl="sdpa"):
     """(plain class, fast class) of a module; the fast one is None where there is
     none (and the plain one where `attn_impl` keeps Part 1's attention)."""
     plain = getattr(type(module), "plain_class", type(module))
+    if getattr(plain, "keeps_forward", False):
+        return plain, None
     if plain is nn.Dropout:
         return plain, CheapDropout
     if _holds(module, ATTENTION):

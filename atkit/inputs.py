@@ -10,10 +10,10 @@ import inspect
 from atkit.settings import check_setting
 
 
-def check_search(owner: str, search, searches: dict) -> None:
+def check_search(owner: str, search) -> None:
     """A search is called as search(model, src, src_mask, max_len, start, end,
-    stepper=...): what make_search(name, ...) returns for a name in `searches` (the
-    notebook's SEARCHES)."""
+    stepper=...): `greedy_decode`, or what make_search(name, ...) returns for a name
+    in the notebook's SEARCHES."""
     name = getattr(search, "__name__", type(search).__name__)
     try:
         params = inspect.signature(search).parameters.values()
@@ -22,11 +22,10 @@ def check_search(owner: str, search, searches: dict) -> None:
     if params is not None and not any(
         p.name == "stepper" or p.kind is p.VAR_KEYWORD for p in params
     ):
-        makers = " or ".join(f"make_search({n!r})" for n in searches)
         raise TypeError(
             f"{owner}: search={name} is not a decoding function (it takes no "
-            f"stepper); pass {makers}, with the search's options as keywords "
-            "(make_search('beam', beam_size=4, alpha=0.6))"
+            "stepper); pass greedy_decode, or make_search(name) with the search's "
+            "options as keywords (make_search('beam', beam_size=4, alpha=0.6))"
         )
 
 
@@ -60,14 +59,23 @@ def check_sources(sources, max_len: int, vocab_size: int | None = None) -> None:
             )
 
 
-def check_translation(model, sources, decode_tokens, search, searches: dict) -> None:
-    """What translate_ids is handed: a search of `searches`, framed sources that fit
+def check_translation(model, sources, decode_tokens, search) -> None:
+    """What translate_ids is handed: a search (check_search), framed sources that fit
     the model (check_sources: its vocabulary, its positional encoding's max_len) and
     a decoding budget of at least one token."""
-    check_search("translate_ids", search, searches)
+    check_search("translate_ids", search)
     vocab_size = model.src_embed[0].lut.num_embeddings
     check_sources(sources, model.config.max_len, vocab_size)
     check_setting("translate_ids", "decode_tokens", decode_tokens, int, low=1)
+
+
+def check_options(owner: str, src_lang: str, search) -> None:
+    """translate_texts' and Translator's options: a source language of Multi30k's
+    and a search (check_search)."""
+    from atkit.data import LANGS
+
+    check_setting(owner, "src_lang", src_lang, str, choices=LANGS)
+    check_search(owner, search)
 
 
 def text_list(texts) -> list[str]:

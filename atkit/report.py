@@ -1,10 +1,12 @@
-"""Part 4's table and the sentences that read it, written from its numbers.
+"""Part 4's table, its choices on `val` and its comparisons, from its numbers.
 
 The notebook measures; this module only formats. Every function takes the plain
 record that the notebook's `run_recipe` returns (numbers, labels, lists: no models),
-so each sentence can be tested against made-up numbers, including the cases a run
+so each line can be tested against made-up numbers, including the cases a run
 may hit one day: a row whose training diverged, a gain exactly as large as the seed
 spread, no average that beats the best snapshot, a seed spread that was not measured.
+The paragraphs that read the table are the notebook's own, written by hand and checked
+against the printed numbers by tests/test_claims.py (issue 67: no template sentences).
 
 The record (a dict):
 
@@ -40,8 +42,6 @@ The record (a dict):
 
 from __future__ import annotations
 
-import math
-
 from atkit import scoring
 
 
@@ -49,13 +49,6 @@ def signed(x: float, digits: int = 2) -> str:
     """A difference for people: +0.14, -1.07, and 0.00 (never -0.00)."""
     x = round(x, digits)
     return f"{x:+.{digits}f}" if x else f"{0:.{digits}f}"
-
-
-def brevity(ratio: float) -> float:
-    """BLEU's brevity penalty for an output/reference length ratio."""
-    if ratio >= 1:
-        return 1.0
-    return math.exp(1 - 1 / ratio) if ratio > 0 else 0.0  # no output at all: 0
 
 
 def within_noise(gain: float, noise: float | None) -> bool:
@@ -230,118 +223,6 @@ def beside_seeds(summary) -> list[str]:
     return lines
 
 
-def change(summary, no: int) -> str:
-    """'(row 2 vs 1): BLEU 36.82 -> 37.27 (+0.45, within seed noise), length
-    ratio 1.028 -> 0.966', or what stands in the way of a comparison."""
-    rows = _rows(summary)
-    b = rows[no]
-    a = rows[b["vs"]]
-    for r in (a, b):
-        if r["diverged"]:
-            return f"(row {no} vs {a['no']}): row {r['no']}'s run diverged"
-    g = gain(summary, b)
-    noisy = b["trained"] and within_noise(g, summary["noise"])
-    return (
-        f"(row {no} vs {a['no']}): BLEU {a['bleu']:.2f} -> {b['bleu']:.2f} "
-        f"({signed(g)}{', within seed noise' if noisy else ''}), length ratio "
-        f"{a['ratio']:.3f} -> {b['ratio']:.3f}"
-    )
-
-
-def alpha_sentence(summary, direction: str) -> str:
-    """What the length-penalty sweep on val showed, for one direction."""
-    c = summary["choices"][direction]
-    sweep = {a: (b, r) for a, b, r in c["alpha_sweep"]}
-    chosen = c["alpha"]
-    greedy = c["avg_sweep"][c["n_avg"] - 1][3]
-    text = (
-        f"Alpha, {direction}: on val the averaged weights decoded greedily write "
-        f"{greedy:.3f} times the references' length"
-    )
-    if 0.0 in sweep:
-        r0 = sweep[0.0][1]
-        text += (
-            f", and beam search without a length penalty {r0:.3f} (brevity penalty "
-            f"{brevity(r0):.3f})"
-        )
-    text += (
-        f". The best validation BLEU is at alpha {chosen:g} ({sweep[chosen][0]:.2f}, "
-        f"length ratio {sweep[chosen][1]:.3f})"
-    )
-    if 0.6 in sweep and chosen != 0.6:
-        text += f"; the paper's 0.6 gives {sweep[0.6][0]:.2f}"
-    if 0.0 in sweep and sweep[0.0][1] < min(1.0, greedy) and chosen > 0:
-        text += (
-            ". Beam search favours short hypotheses (each token lowers the "
-            "log-probability), and the penalty gives back the length that greedy "
-            "decoding did not lose"
-        )
-    if c.get("capped"):
-        text += (
-            f". The best alpha is the largest tried: the search stopped at its cap, "
-            f"{c['alpha_cap']:g}"
-        )
-    return text + "."
-
-
-def what_the_table_says(summary) -> list[str]:
-    """The table in sentences, each with its numbers."""
-    rows = {r["key"]: r for r in summary["rows"]}
-    no = {key: r["no"] for key, r in rows.items()}
-    out = [
-        f"Shared BPE with three-way tying against words {change(summary, no['bpe'])}."
-    ]
-    c = summary["choices"]["de-en"]
-    avg = rows["avg"]
-    n = avg.get("n_avg", c["n_avg"])  # a record of an older run: the final's
-    if n is not None and n > 1:
-        out.append(
-            f"Averaging the last {n} snapshots, greedy {change(summary, avg['no'])}."
-        )
-    else:
-        out.append(
-            f"No average of snapshots beat the best snapshot on val, so row "
-            f"{avg['no']} decodes that snapshot alone."
-        )
-    if "branch" in rows:
-        out.append(
-            f"The eq. 3 branch's average instead of the cool-down run's, greedy "
-            f"{change(summary, rows['branch']['no'])}."
-        )
-    if "beam paper" in rows:
-        out.append(
-            f"Beam search at the paper's alpha on the same weights "
-            f"{change(summary, rows['beam paper']['no'])}."
-        )
-    beam = rows["beam"]
-    if not beam["diverged"]:
-        ref = _rows(summary)[beam["vs"]]
-        out.append(
-            f"Beam search on the same weights {change(summary, beam['no'])}; its "
-            f"brevity penalty is {brevity(beam['ratio']):.3f} against "
-            f"{brevity(ref['ratio']):.3f} for greedy decoding."
-        )
-    for direction in summary["choices"]:
-        out.append(alpha_sentence(summary, direction))
-    post = change(summary, no["post"])
-    out.append(f"Post-norm at the pre-norm model's schedule {post}.")
-    if "post own" in rows:
-        own = change(summary, no["post own"])
-        out.append(f"Post-norm with a schedule of its own {own}.")
-    branch = ""
-    if "en-de branch" in rows:
-        branch = (
-            f"; the eq. 3 branch's average instead "
-            f"{change(summary, no['en-de branch'])}"
-        )
-    out.append(
-        "English→German, scored against German references and so not comparable "
-        f"with the de-en rows: averaging {change(summary, no['en-de avg'])}{branch}; "
-        f"beam search on those weights {change(summary, no['en-de beam'])}."
-    )
-    return out
-
-
 def averaging_table(summary) -> list[str]:
     """Eq. 3 alone against eq. 3 with a cool-down: best snapshot and average."""
     a = summary["averaging"]
@@ -361,105 +242,6 @@ def averaging_table(summary) -> list[str]:
             f"{s['val_avg']:>7.2f}"
         )
     return lines
-
-
-def averaging_says(summary) -> list[str]:
-    """When averaging paid, in sentences: against the cool-down, on test and val."""
-    a = summary["averaging"]
-    if a is None:
-        return []
-    e, c = a["eq. 3 alone"], a["eq. 3, cool-down"]
-    noise = summary["noise"]
-    bought = c["one"] - e["one"]
-    rates = ", ".join(f"{x:.1e}" for x in e["rates"])
-    out = [
-        f"Eq. 3 alone ends at a rate of {e['end_rate']:.1e}, "
-        f"{e['end_rate'] / e['peak']:.0%} of its peak; the cool-down takes it to "
-        f"{c['end_rate']:.1e}. Best snapshots on test: {e['one']:.2f} with eq. 3 "
-        f"alone, {c['one']:.2f} with the cool-down ({signed(bought)}"
-        f"{', within seed noise' if within_noise(bought, noise) else ''})."
-    ]
-    if e["n"] > 1:
-        out.append(
-            f"Averaging eq. 3's snapshots of steps {e['steps']} (rates {rates}) "
-            f"changes test BLEU by {signed(e['avg'] - e['one'])}; after the "
-            f"cool-down, averaging {c['n']} snapshot{'s' * (c['n'] > 1)} changes it "
-            f"by {signed(c['avg'] - c['one'])}."
-        )
-    else:
-        out.append("For eq. 3 alone no average beat the best snapshot on val.")
-    test_first = e["avg"] > c["avg"]  # eq. 3 alone's final system wins on test
-    val_first = e["val_avg"] > c["val_avg"]
-    if (
-        e["avg"] != c["avg"]
-        and e["val_avg"] != c["val_avg"]
-        and test_first != val_first
-    ):
-        win, lose = ("eq. 3 alone", "the cool-down")
-        if not test_first:
-            win, lose = lose, win
-        gap = abs(e["avg"] - c["avg"])
-        size = ""
-        if noise is not None:
-            size = (
-                f"; the gap on test, {gap:.2f}, is "
-                + ("no larger than" if within_noise(gap, noise) else "larger than")
-                + f" the seed-to-seed range ({noise:.2f})"
-            )
-        out.append(
-            f"The two schedules' chosen averages (greedy) disagree between "
-            f"the splits: on test {win} wins ({max(e['avg'], c['avg']):.2f} "
-            f"against {min(e['avg'], c['avg']):.2f}), on val {lose} wins "
-            f"({max(e['val_avg'], c['val_avg']):.2f} against "
-            f"{min(e['val_avg'], c['val_avg']):.2f}){size}."
-        )
-    if e["n"] > 1 and e["avg"] - e["one"] > max(c["avg"] - c["one"], 0):
-        out.append(
-            "Averaging paid more where the rate was still high at the end, as in "
-            "the paper's runs; a cool-down does part of the same work."
-        )
-    return out
-
-
-def conclusion(summary, part3_bleu: float) -> list[str]:
-    """What the run measured, in four sentences."""
-    rows = summary["rows"]
-    best = {}
-    for direction in ("de-en", "en-de"):
-        scored = [r for r in rows if r["dir"] == direction and not r["diverged"]]
-        best[direction] = max(scored, key=lambda r: r["bleu"]) if scored else None
-    out = [
-        f"Part 3's model, words and greedy decoding: BLEU {part3_bleu:.2f} on "
-        f"test_2016 after {summary['steps']} steps of preset {summary['preset']}."
-    ]
-    if best["de-en"] and best["en-de"]:
-        de, en = best["de-en"], best["en-de"]
-        out.append(
-            f"The best German→English row of Part 4 is row {de['no']} "
-            f"({de['bleu']:.2f}); the best English→German row is row {en['no']} "
-            f"({en['bleu']:.2f})."
-        )
-    keyed = {r["key"]: r for r in rows}
-    keys = ("beam", "en-de beam", "avg", "en-de avg")
-    gains = {k: gain(summary, keyed[k]) for k in keys}
-    if None not in gains.values() and summary.get("averaging"):
-        e = summary["averaging"]["eq. 3 alone"]
-        out.append(
-            f"Beam search changed BLEU by {signed(gains['beam'])} (de-en) and "
-            f"{signed(gains['en-de beam'])} (en-de) on the same weights. Averaging "
-            f"snapshots changed greedy BLEU by {signed(e['avg'] - e['one'])} at the "
-            f"end of eq. 3 alone, and after a cool-down by {signed(gains['avg'])} "
-            f"(de-en) and {signed(gains['en-de avg'])} (en-de)."
-        )
-    if summary["noise"] is None:
-        out.append("How far another seed moves these scores was not measured here.")
-    else:
-        out.append(
-            f"The seeds measured spread one model's test BLEU over "
-            f"{summary['noise']:.2f} (the larger of two models' ranges): a range over "
-            "a few seeds, not a bound."
-        )
-    return out
 
 
 PAPER_TABLE2 = [  # Vaswani et al. (2017), Table 2, BLEU on newstest2014

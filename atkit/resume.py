@@ -271,7 +271,10 @@ def _identity(history: dict) -> dict:
     """{"run_id": ...} for a snapshot; nothing for a run that an older version of
     this module started (its last.pt has no id)."""
     run_id = history.get("run_id")
-    return {} if run_id is None else {"run_id": run_id}
+    out = {} if run_id is None else {"run_id": run_id}
+    if history.get("code"):  # the fingerprint of the code that trains (pipeline)
+        out["code"] = history["code"]
+    return out
 
 
 def load_snapshot(ckpt_dir, history: dict, step: int) -> dict:

@@ -39,11 +39,13 @@ NEEDS_TRAINING = "# needs training"  # the first line of a cell that trains
 
 
 def choose_preset(env=None) -> str:
-    """The run size: $AT_PRESET if set, else 'gpu' with CUDA and 'cpu' without."""
+    """The run size: $AT_PRESET if set, else the preset whose record is the default
+    on this machine's device (config.default_preset: with CUDA, `gpu`)."""
     import torch
 
     env = os.environ if env is None else env
-    preset = env.get(PRESET_ENV) or ("gpu" if torch.cuda.is_available() else "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    preset = env.get(PRESET_ENV) or config.default_preset(device)
     config.preset(preset, PRESET_ENV)  # an unknown name is refused, naming the variable
     return preset
 

@@ -175,27 +175,14 @@ def check_fields(config) -> None:
             )
 
 
-# The notebook's ModelConfig is a plain dataclass of the paper's settings; what each
-# of its settings allows is here, checked when a config is made (check_model).
-MODEL_BOUNDS = {
-    "N": dict(low=1),  # layers in each stack
-    "d_model": dict(low=2),
-    "d_ff": dict(low=1),
-    "h": dict(low=1),
-    "P_drop": dict(low=0.0, below=1.0),
-    "norm": dict(choices=("post", "pre")),
-    "tie": dict(choices=("none", "tgt", "all")),
-    "max_len": dict(low=1),
-}
-
-
 def check_model(config) -> None:
-    """Check a ModelConfig: every field's type (its annotation) and its bounds in
-    MODEL_BOUNDS, then d_model even (§3.5's sines and cosines come in pairs) and
-    divisible by h. Raises ConfigError naming the first bad setting."""
+    """Check a ModelConfig: every field's type (its annotation) and the bounds it
+    declares (`setting(...)`, in the notebook's ModelConfig itself), then d_model
+    even (§3.5's sines and cosines come in pairs) and divisible by h. Raises
+    ConfigError naming the first bad setting."""
     for f in fields(config):
         kind, optional = _kind(f.type)
-        bounds = MODEL_BOUNDS.get(f.name, {})
+        bounds = f.metadata.get("check", {})
         value = getattr(config, f.name)
         name = type(config).__name__
         check_setting(name, f.name, value, kind, optional=optional, **bounds)

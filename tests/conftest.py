@@ -1,12 +1,13 @@
 """Shared test setup: the notebook's library cells, imported as one module, and the
 fixtures and helpers that more than one test file uses.
 
-The code under test lives only in annotated_transformer.md; `nbexport.load` writes its
-non-demo cells to build/annotated_transformer_lib.py and imports that file. Tests run
-in the small `ci` preset (one torch thread, Setup's rule for it). A test that reads
-Multi30k is in the `data` tier and finds it at $MULTI30K_DIR (default:
-../shared/data/multi30k beside the repository); the fast tier reads none (`no_multi30k`)
-and gets its sentences, where it needs some, from `toy_corpus`, made up here.
+The code under test lives only in annotated_transformer.md; nbexport.py writes its
+non-demo cells to the module annotated_transformer_lib (the `lib` fixture), which the
+pipeline (`pl`) runs. Tests run in the small `ci` preset (one torch thread, Setup's
+rule for it). A test that reads Multi30k is in the `data` tier and finds it at
+$MULTI30K_DIR (default: ../shared/data/multi30k beside the repository); the fast tier
+reads none (`no_multi30k`) and gets its sentences, where it needs some, from
+`toy_corpus`, made up here.
 
 Helpers here: tiny runs (`tiny_run`, a trained Multi30k run shared by the session;
 `COPY`, Part 5's copy task in a few steps), the training program's command line
@@ -257,12 +258,23 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture(scope="session")
 def lib():
-    """The notebook's library code as a module."""
+    """The notebook's library code: the module annotated_transformer_lib (written
+    again first if the notebook changed, so that the tests test the notebook)."""
     import nbexport
 
-    module = nbexport.load()
+    nbexport.export()
+    import annotated_transformer_lib as module
+
     module.torch.set_num_threads(module.runtime.torch_threads("ci"))
     return module
+
+
+@pytest.fixture(scope="session")
+def pl(lib):
+    """The pipeline that runs the notebook's code: configs, data, resumable runs."""
+    import pipeline
+
+    return pipeline
 
 
 @pytest.fixture(scope="session")
@@ -286,13 +298,15 @@ def quiet(*args, **kwargs):
 @pytest.fixture(scope="module")
 def cfg(lib, request):
     """The ci preset with the calling test module's TINY settings."""
-    return lib.run_config("ci", **request.module.TINY)
+    import pipeline as pl
+
+    return pl.run_config("ci", **request.module.TINY)
 
 
 @pytest.fixture(scope="module")
-def data(lib, cfg, multi30k):
+def data(pl, cfg, multi30k):
     """Multi30k in the calling module's TINY settings."""
-    return lib.prepare_data(cfg, multi30k)
+    return pl.prepare_data(cfg, multi30k)
 
 
 # ------------------------------------------------------- made-up sentences
@@ -377,10 +391,10 @@ def on_toy_corpus():
 
 
 @pytest.fixture(scope="module")
-def toy_data(lib, cfg):
+def toy_data(pl, cfg):
     """`data` of the made-up corpus: prepare_data in the module's TINY settings."""
     with toy_corpus():
-        return lib.prepare_data(cfg)
+        return pl.prepare_data(cfg)
 
 
 # ---------------------------------------------------------------- tiny runs
@@ -414,15 +428,18 @@ def trained(lib, tmp_path_factory):
     model and history. A test that changes the folder works on a copy (`copy_of`).
     The fixtures that name a run (tiny_run, stopped, ...) call it, and the tests that
     use one fixture go to one pytest-xdist worker (FIXTURE_TIERS)."""
+    import pipeline as pl
+
     runs = {}
 
     def train(task="multi30k", max_steps=None, **settings):
+
         key = repr((task, max_steps, sorted(settings.items())))
         if key not in runs:
-            cfg = lib.run_config("ci", **settings)
-            data = lib.copy_task_data(cfg) if task == "copy" else lib.prepare_data(cfg)
+            cfg = pl.run_config("ci", **settings)
+            data = lib.copy_task_data(cfg) if task == "copy" else pl.prepare_data(cfg)
             folder = tmp_path_factory.mktemp(f"trained-{task}") / "run"
-            model, history = lib.train(
+            model, history = pl.train(
                 cfg, data, folder, "cpu", max_steps=max_steps, log=quiet
             )
             runs[key] = types.SimpleNamespace(
@@ -463,7 +480,9 @@ COPY = {
 
 
 def copy_cfg(lib, **changes):
-    return lib.run_config("ci", **{**COPY, **changes})
+    import pipeline as pl
+
+    return pl.run_config("ci", **{**COPY, **changes})
 
 
 def copy_args(ckpt_dir, settings=COPY, *extra, out=None) -> list[str]:
@@ -485,16 +504,18 @@ def copy_args(ckpt_dir, settings=COPY, *extra, out=None) -> list[str]:
 def forbid(lib, monkeypatch, *names):
     """Make each of the library's functions `names` fail the test when called (a
     dotted name is an attribute of a module the library imports, such as
-    "runner.run_epoch"): NO_TRAINING forbids training; add "prepare_data" and
-    "copy_task_data" to forbid reading the data too."""
+    "kvcache.X"; "pipeline.X" is the pipeline's): NO_TRAINING forbids training;
+    NO_DATA forbids reading the data too."""
 
     def fail(*args, **kwargs):
         pytest.fail(f"called one of {names} before the error")
 
+    import pipeline
+
     for name in names:
         *path, attr = name.split(".")
-        owner = lib
-        for part in path:
+        owner = pipeline if path[:1] == ["pipeline"] else lib
+        for part in path[1:] if owner is pipeline else path:
             owner = getattr(owner, part)
         monkeypatch.setattr(owner, attr, fail)
 
@@ -502,8 +523,8 @@ def forbid(lib, monkeypatch, *names):
 # A Multi30k run of the ci preset in two steps, for the command line.
 CLI_TINY = ["--preset", "ci", "--set", "n_train=100", "--set", "steps=2"]
 CLI_TINY += ["--set", "eval_every=2"]
-NO_TRAINING = ("runner.run_epoch",)  # the loop every run trains in
-NO_DATA = (*NO_TRAINING, "prepare_data", "copy_task_data")
+NO_TRAINING = ("run_epoch",)  # Part 2's loop, which every run trains in
+NO_DATA = (*NO_TRAINING, "pipeline.prepare_data", "copy_task_data")
 
 
 def run_program(argv, capsys) -> tuple[int, str, str]:
@@ -788,11 +809,11 @@ def colab_env(repo) -> dict:
     return env
 
 
-def start_colab_run(tmp):
-    """The .ipynb executed as Colab runs it, in a process of its own: the file alone
-    in an empty folder, its Setup cell cloning this working tree from a file:// URL,
-    every cell in a fresh kernel, the ci preset. When it ends it writes its exit
-    status to `status` in `tmp` (for the other processes of the session)."""
+def start_colab_run(tmp, notebook=NOTEBOOK):
+    """The .ipynb `notebook` executed as Colab runs it, in a process of its own: the
+    file alone in an empty folder, its Setup cell cloning this working tree from a
+    file:// URL, every cell in a fresh kernel, the ci preset. When it ends it writes
+    its exit status to `status` in `tmp` (for the other processes of the session)."""
     if shutil.which("git") is None:
         pytest.fail("git is needed: the Setup cell clones the repository with it")
     repo = tmp / "github"
@@ -800,10 +821,10 @@ def start_colab_run(tmp):
     snapshot_repository(repo)
     colab = tmp / "content"
     colab.mkdir()
-    shutil.copy(NOTEBOOK, colab / NOTEBOOK.name)
+    shutil.copy(notebook, colab / notebook.name)
     env = colab_env(repo)
     executed = tmp / "executed.ipynb"
-    args = [NOTEBOOK.name, str(executed), str(colab), str(tmp / "status")]
+    args = [notebook.name, str(executed), str(colab), str(tmp / "status")]
     log = tmp / "run.log"
     with log.open("w") as out:  # a file, not a pipe that could fill and block it
         proc = subprocess.Popen(

@@ -41,7 +41,9 @@ def bpe_cfg(cfg):
 @needs("data")
 def bpe_data(lib, bpe_cfg):
     """Multi30k in BPE_SIZE pieces: the tests that use it are in the `data` tier."""
-    return lib.prepare_data(bpe_cfg)
+    import pipeline as pl
+
+    return pl.prepare_data(bpe_cfg)
 
 
 # --- shared BPE vocabulary ----------------------------------------------------------
@@ -108,7 +110,9 @@ def test_bpe_rejects_impossible_sizes(lib, size):
 
 
 def test_directions_are_one_setting_apart(lib, cfg, bpe_cfg, bpe_data):
-    en_de = lib.prepare_data(bpe_cfg.updated(src_lang="en"))
+    import pipeline as pl
+
+    en_de = pl.prepare_data(bpe_cfg.updated(src_lang="en"))
     assert en_de.vocab_src.itos == bpe_data.vocab_src.itos
     assert [(t, s) for s, t in en_de.train] == bpe_data.train
     assert [(t, s) for s, t in en_de.val] == bpe_data.val
@@ -147,22 +151,26 @@ def test_tied_bpe_model_trains_and_translates_with_part3_code(lib, bpe_data, bpe
 def test_bpe_checkpoint_carries_and_restores_the_vocabulary(
     lib, bpe_cfg, bpe_data, bpe_run
 ):
+    import pipeline as pl
+
     ckpt_dir, model, _ = bpe_run
     ckpt = torch.load(ckpt_dir / "last.pt", weights_only=True)
     assert ckpt["vocab_src"]["kind"] == "bpe"
     assert ckpt["vocab_src"]["model"].dtype == torch.uint8
-    loaded, cfg, vs, vt = lib.model_from_checkpoint(ckpt_dir / "last.pt")
+    loaded, cfg, vs, vt = pl.model_from_checkpoint(ckpt_dir / "last.pt")
     assert isinstance(vs, lib.SharedBPE) and vs.itos == bpe_data.vocab_src.itos
     assert cfg == bpe_cfg
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
     # a run whose data has another vocabulary is refused
-    other = lib.prepare_data(bpe_cfg.updated(bpe_size=BPE_SIZE + 20))
+    other = pl.prepare_data(bpe_cfg.updated(bpe_size=BPE_SIZE + 20))
     with pytest.raises(ValueError, match="vocabulary|other settings"):
-        lib.train(bpe_cfg, other, ckpt_dir, "cpu", log=quiet)
+        pl.train(bpe_cfg, other, ckpt_dir, "cpu", log=quiet)
 
 
 def test_snapshots_average_around_the_best_step(lib, bpe_cfg, bpe_run):
+    import pipeline as pl
+
     ckpt_dir, model, history = bpe_run
     assert history["steps"] == [12, 24, 36]
     paths = [resume.snapshot_path(ckpt_dir, s) for s in history["steps"]]
@@ -173,7 +181,7 @@ def test_snapshots_average_around_the_best_step(lib, bpe_cfg, bpe_run):
     assert any(not torch.equal(first[k], final[k]) for k in final), "not earlier"
     best = history["steps"].index(history["best_step"])
     n_avg = min(2, best + 1)
-    avg = lib.averaged_model(ckpt_dir, history, "cpu", n_avg=n_avg)
+    avg = pl.averaged_model(ckpt_dir, history, "cpu", n_avg=n_avg)
     expected = lib.average_checkpoints(paths[best - n_avg + 1 : best + 1])
     for name, value in avg.state_dict().items():
         assert torch.equal(value, expected[name]), name
@@ -317,13 +325,15 @@ def test_averaging_compares_the_vocabularies(lib, two_runs, tmp_path):
 def test_averaged_model_refuses_a_foreign_snapshot_in_the_folder(
     lib, two_runs, tmp_path
 ):
+    import pipeline as pl
+
     folder = tmp_path / "a"
     shutil.copytree(two_runs["a"], folder)
     shutil.copy(two_runs["b"] / "step000002.pt", folder / "step000002.pt")
     history = lib.checkpoints.load_checkpoint(folder / "last.pt")["history"]
     history = {**history, "best_step": 4}
     with pytest.raises(lib.checkpoints.CheckpointError, match="step000002.pt"):
-        lib.averaged_model(folder, history, "cpu", 2)
+        pl.averaged_model(folder, history, "cpu", 2)
 
 
 def test_bpe_pieces_are_the_pieces_of_the_ids(lib, bpe_data):

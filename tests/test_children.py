@@ -5,8 +5,8 @@ an orphan is found wherever it went, whatever session it started (the load spinn
 runs in a session of its own) and whoever adopted it.
 
 The mechanisms (atkit/processes.py, tools/errors.run_main) are exercised through the
-programs that use them, and a static check holds every `subprocess` call of atkit/
-and tools/ to `preexec_fn=end_with_parent(...)`.
+programs that use them, and a static check holds every `subprocess` call of atkit/,
+pipeline/ and tools/ to `preexec_fn=end_with_parent(...)`.
 """
 
 import ast
@@ -209,11 +209,11 @@ def subprocess_calls(path: Path):
 
 
 def test_every_child_a_tool_or_atkit_starts_ends_with_it():
-    """Every subprocess call of atkit/ and tools/ passes
+    """Every subprocess call of atkit/, pipeline/ and tools/ passes
     preexec_fn=end_with_parent(...): a child started without it would outlive a
     killed parent (the issue: load_check's spinner, with PPID 1)."""
     missing, calls = [], 0
-    for folder in ("atkit", "tools"):
+    for folder in ("atkit", "pipeline", "tools"):
         for path in sorted((ROOT / folder).glob("*.py")):
             for line, keywords in subprocess_calls(path):
                 calls += 1

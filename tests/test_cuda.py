@@ -36,15 +36,27 @@ TINY = dict(n_train=200, n_eval=20, max_tokens=300, N=1, d_model=32, d_ff=64, h=
 
 
 def tiny_cfg(lib, **changes):
-    return lib.run_config("ci", **{**TINY, **changes})
+    import pipeline as pl
+
+    return pl.run_config("ci", **{**TINY, **changes})
+
+
+def run_step(lib, model, batch, loss_compute, opt, sched, precision=None):
+    """Part 2's step as a run takes it in `precision` (pipeline.run.step_parts)."""
+    from pipeline import run
+
+    precision = precision or fast.Precision(None, "cuda")
+    net, loss, opt = run.step_parts(model, loss_compute, opt, precision)
+    return lib.train_step(net, batch, loss, opt, sched)
 
 
 def copy_parts(lib, cfg):
     """(data, model, optimizer, scheduler, loss_compute, precision) on the GPU for
     Part 5's copy task (no corpus needed)."""
+    import pipeline as pl
+
     data = lib.copy_task_data(cfg)
-    V = len(data.vocab_src)
-    return (data, *lib.TRAINING.build(cfg, V, V, cuda()))
+    return (data, *pl.run.build(cfg, data, cuda()))
 
 
 def expected_dtype(precision: str) -> torch.dtype:
@@ -83,7 +95,7 @@ def test_fast_step_never_waits_for_the_device(lib, precision):
     for b in batches:
         assert b.src.device == b.tgt_mask.device == b.label_count.device == cuda()
     # warm-up: first-call allocations, the optimizer's state, cuBLAS handles
-    lib.runner.train_step(model, batches[0], loss_compute, opt, sched, precision=prec)
+    run_step(lib, model, batches[0], loss_compute, opt, sched, precision=prec)
     torch.cuda.synchronize(cuda())
     losses = []
     torch.cuda.set_sync_debug_mode("error")
@@ -91,9 +103,7 @@ def test_fast_step_never_waits_for_the_device(lib, precision):
         with pytest.raises(RuntimeError, match="synchroniz"):
             torch.ones(2, device=cuda()).sum().item()  # the mode is live
         for b in batches[1:4]:
-            loss = lib.runner.train_step(
-                model, b, loss_compute, opt, sched, precision=prec
-            )
+            loss = run_step(lib, model, b, loss_compute, opt, sched, precision=prec)
             losses.append(loss)
     finally:
         torch.cuda.set_sync_debug_mode("default")
@@ -134,10 +144,8 @@ def test_autocast_runs_the_matrix_products_in_the_chosen_precision(lib, precisio
     assert ref_prec.dtype is None
     for (name, a), b in zip(weights(model).items(), weights(ref).values(), strict=True):
         assert torch.equal(a, b), f"not the same initial weights: {name}"
-    got = lib.runner.train_step(model, batch, loss_compute, opt, sched, precision=prec)
-    want = lib.runner.train_step(
-        ref, batch, ref_loss, ref_opt, ref_sched, precision=ref_prec
-    )
+    got = run_step(lib, model, batch, loss_compute, opt, sched, precision=prec)
+    want = run_step(lib, ref, batch, ref_loss, ref_opt, ref_sched, precision=ref_prec)
     assert got.dtype == torch.float32 and torch.isfinite(got)
     torch.testing.assert_close(got, want, rtol=3e-2, atol=0)
 
@@ -159,11 +167,11 @@ def test_grad_scaler_skips_an_overflowing_step_and_halves_its_scale(lib):
         return total, loss * 1e30  # finite in float32; its float16 gradients are not
 
     before = weights(model)
-    lib.runner.train_step(model, batch, blown_up, opt, sched, precision=prec)
+    run_step(lib, model, batch, blown_up, opt, sched, precision=prec)
     assert scaler.get_scale() == start * scaler.get_backoff_factor() == start / 2
     for name, w in weights(model).items():
         assert torch.equal(w, before[name]), f"a skipped step changed {name}"
-    lib.runner.train_step(model, batch, loss_compute, opt, sched, precision=prec)
+    run_step(lib, model, batch, loss_compute, opt, sched, precision=prec)
     assert scaler.get_scale() == start / 2, "the normal step overflowed too"
     after = weights(model)
     assert any(not torch.equal(after[n], before[n]) for n in before), "nothing moved"
@@ -183,12 +191,14 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
     import torch.fx.experimental._config as fx_config
     from torch._dynamo.testing import CompileCounterWithBackend
 
+    import pipeline as pl
+
     works, why = runtime.compile_works(cuda())
     assert works, f"torch.compile cannot run here: {why}"
-    cfg = lib.run_config(
+    cfg = pl.run_config(
         "ci", n_train=400, pad_multiple=8, fast=True, precision="auto", P_drop=0.0, N=1
     )
-    data = lib.prepare_data(cfg)
+    data = pl.prepare_data(cfg)
     batches = lib.make_batches(data.train, cfg, cuda())
     shapes = [(b.src.size(0), b.src.size(1), b.tgt.size(1)) for b in batches]
     assert all(s % 8 == 0 and t % 8 == 0 for _, s, t in shapes), shapes
@@ -204,10 +214,7 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
         torch, "compile", lambda m, o=original, c=counter, **kw: o(m, backend=c, **kw)
     )
     try:
-        V_src, V_tgt = len(data.vocab_src), len(data.vocab_tgt)
-        model, opt, sched, loss_compute, prec = lib.TRAINING.build(
-            cfg, V_src, V_tgt, cuda()
-        )
+        model, opt, sched, loss_compute, prec = pl.run.build(cfg, data, cuda())
         net = fast.maybe_compile(model, True, cuda())
         assert net is not model and net._orig_mod is model
 
@@ -233,9 +240,7 @@ def test_compiled_step_matches_eager_and_compiles_one_graph(lib, monkeypatch):
             assert err <= 0.05 * g.norm() + 1e-3 * scale, (name, err, g.norm())
 
         for b in order[1:]:  # the compiled step over the rest of the epoch
-            loss = lib.runner.train_step(
-                net, b, loss_compute, opt, sched, precision=prec
-            )
+            loss = run_step(lib, net, b, loss_compute, opt, sched, precision=prec)
         assert torch.isfinite(loss)
         assert counter.frame_count == 1, (counter.frame_count, shapes)
     finally:
@@ -301,6 +306,8 @@ PRINT_BACKEND = (
 def test_one_process_nccl_run(lib, tmp_path):
     """torchrun, one process on the GPU: NCCL, DataParallel's on-device token count,
     DDP, gather and barrier; rank 0's last.pt is an ordinary checkpoint."""
+    import pipeline as pl
+
     ckpt, out = tmp_path / "ckpt", tmp_path / "r.json"
     args = [
         "--task",
@@ -339,7 +346,7 @@ def test_one_process_nccl_run(lib, tmp_path):
     state = lib.checkpoints.load_checkpoint(ckpt / "last.pt")
     assert state["history"]["world_size"] == 1 and len(state["ranks"]) == 1
     assert set(state["ranks"][0]["rng"]) == {"torch", "cuda"}
-    model, cfg, vs, vt = lib.model_from_checkpoint(ckpt / "last.pt")
+    model, cfg, vs, vt = pl.model_from_checkpoint(ckpt / "last.pt")
     assert cfg.steps == 10 and len(vs) == len(vt) == 16
     assert next(model.parameters()).device.type == "cpu"
 
@@ -348,13 +355,15 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
     """save_run stores this device's CUDA generator (one state, not all GPUs'), and a
     run with dropout stopped at step 4 and resumed ends with exactly the weights of
     the uninterrupted run; restoring the CPU generator alone would not."""
+    import pipeline as pl
+
     cfg = tiny_cfg(
         lib, n_train=120, n_eval=16, max_tokens=200, steps=6, eval_every=3, P_drop=0.3
     )
     data = lib.copy_task_data(cfg)
-    whole, _ = lib.train(cfg, data, tmp_path / "whole", cuda(), log=quiet)
+    whole, _ = pl.train(cfg, data, tmp_path / "whole", cuda(), log=quiet)
     cut = tmp_path / "cut"
-    lib.train(cfg, data, cut, cuda(), max_steps=4, log=quiet)
+    pl.train(cfg, data, cut, cuda(), max_steps=4, log=quiet)
     state = lib.checkpoints.load_checkpoint(cut / "last.pt")
     assert state["progress"]["step"] == 4
     rng = state["ranks"][0]["rng"]
@@ -362,10 +371,10 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
     mine = torch.cuda.get_rng_state(cuda())
     assert torch.is_tensor(rng["cuda"]) and rng["cuda"].shape == mine.shape
     shutil.copytree(cut, tmp_path / "cpu-only")
-    lib.runner.start_run(cfg, data, cut, cuda(), lib.TRAINING)  # builds and restores
+    pl.run.start_run(cfg, data, cut, cuda())  # builds and restores
     assert torch.equal(torch.cuda.get_rng_state(cuda()), rng["cuda"])
 
-    resumed, _ = lib.train(cfg, data, cut, cuda(), log=quiet)
+    resumed, _ = pl.train(cfg, data, cut, cuda(), log=quiet)
     for (name, a), b in zip(
         whole.state_dict().items(), resumed.state_dict().values(), strict=True
     ):
@@ -376,7 +385,7 @@ def test_resumed_run_restores_the_cuda_generator(lib, tmp_path, monkeypatch):
         "set_rng_state",
         lambda s, device: torch.set_rng_state(s["torch"]),
     )
-    other, _ = lib.train(cfg, data, tmp_path / "cpu-only", cuda(), log=quiet)
+    other, _ = pl.train(cfg, data, tmp_path / "cpu-only", cuda(), log=quiet)
     pairs = zip(whole.state_dict().values(), other.state_dict().values(), strict=True)
     assert any(not torch.equal(a, b) for a, b in pairs), (
         "dropout drew nothing from the CUDA generator: the check above proves nothing"

@@ -574,9 +574,11 @@ def test_translator_length_limit_and_unseen_words(lib, translate):
 def test_translator_counts_subword_pieces_not_words(lib, cfg):
     """A BPE model reads pieces: a text of few words but many pieces is refused with
     the count of pieces, never cut to fit."""
+    import pipeline as pl
+
     bpe_cfg = cfg.updated(vocab="bpe", bpe_size=200, tie="all", max_len=256)
     with toy_corpus():  # the made-up sentences
-        bpe_data = lib.prepare_data(bpe_cfg)
+        bpe_data = pl.prepare_data(bpe_cfg)
     torch.manual_seed(0)
     vocab = len(bpe_data.vocab_src)
     model = lib.build_model(bpe_cfg.model, vocab, vocab).eval()

@@ -24,7 +24,7 @@ from tools import train as cli
 
 torch = lazy("torch")
 plt = lazy("matplotlib.pyplot")
-parallel = lazy("atkit.parallel")
+parallel = lazy("pipeline.parallel")
 
 SETTINGS = [
     "n_train=240",
@@ -60,19 +60,18 @@ def cli_args(ckpt_dir, *extra):
 
 # Each worker runs this before train_cli: test-only changes stay in the tests.
 SGD = (
-    "import dataclasses, torch, nbexport\n"
-    "m = nbexport.load()\n"
+    "import torch\n"
+    "import annotated_transformer_lib as m\n"
     "def sgd(model, d_model, factor=1.0, warmup=4000, fused=False, **kw):\n"
     "    opt = torch.optim.SGD(model.parameters(), lr=0.5)\n"
     "    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))\n"
-    "m.TRAINING = dataclasses.replace(m.TRAINING, make_optimizer=sgd)\n"
+    "m.make_optimizer = sgd  # what training_parts calls\n"
 )
-LOCAL_NORM = "import nbexport\nm = nbexport.load()\nm.DataParallel.norm = None\n"
+LOCAL_NORM = "import annotated_transformer_lib as m\nm.DataParallel.norm = None\n"
 FAULT = (
-    "import os, time, nbexport\n"
-    "m = nbexport.load()\n"
-    "import atkit.runner as r\n"
-    "step, original = [0], r.train_step\n"
+    "import os, time\n"
+    "import annotated_transformer_lib as m\n"
+    "step, original = [0], m.train_step\n"
     "def faulty(*a, **k):\n"
     "    out = original(*a, **k)\n"
     "    step[0] += 1\n"
@@ -82,7 +81,7 @@ FAULT = (
     "        if '{mode}' == 'exit': os._exit(3)\n"
     "        while True: time.sleep(1)\n"
     "    return out\n"
-    "r.train_step = faulty\n"
+    "m.train_step = faulty  # what Part 2's run_epoch calls\n"
 )
 
 
@@ -134,11 +133,11 @@ def test_epoch_order_is_a_seeded_permutation(lib):
 def reference_run(lib, tmp_path, world, steps, optimizer="adam"):
     """One process, one optimiser step per group of `world` consecutive batches of
     the epoch's order: the global batch that the `world` ranks share."""
-    cfg = lib.run_config("ci", **dict(cli.parse_setting(s) for s in SETTINGS))
+    import pipeline as pl
+
+    cfg = pl.run_config("ci", **dict(cli.parse_setting(s) for s in SETTINGS))
     data = lib.copy_task_data(cfg)
-    run = lib.runner.start_run(
-        cfg, data, lib.checkpoints.prepare_ckpt_dir(tmp_path), "cpu", lib.TRAINING
-    )
+    run = pl.run.start_run(cfg, data, lib.checkpoints.prepare_ckpt_dir(tmp_path), "cpu")
     model = run.model
     if optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -154,7 +153,7 @@ def reference_run(lib, tmp_path, world, steps, optimizer="adam"):
         group = [batches[j] for j in order[k * world : (k + 1) * world]]
         ntokens.append([b.ntokens for b in group])
         lrs.append(opt.param_groups[0]["lr"])
-        lib.runner.train_step(model, group, run.loss_compute, opt, sched)
+        parallel.micro_batch_step(model, group, run.loss_compute, opt, sched)
     return init, model.state_dict(), ntokens, lrs
 
 
@@ -221,8 +220,10 @@ def test_ddp_with_adam_and_the_schedule_equals_single_process(ddp_runs):
 
 
 def test_ddp_checkpoint_is_the_notebook_format(lib, ddp_runs, tmp_path):
+    import pipeline as pl
+
     ckpt, log = ddp_runs["adam"]
-    model, cfg, vs, vt = lib.model_from_checkpoint(ckpt)
+    model, cfg, vs, vt = pl.model_from_checkpoint(ckpt)
     assert cfg.model.d_model == 32 and len(vs) == model.generator.proj.out_features
 
 
@@ -324,10 +325,9 @@ DDP.update(steps=12, eval_every=4, warmup=100, factor=1.0, P_drop=0.1, keep=3)
 # Each worker logs the batches it trains (a digest of the source ids), one file per
 # rank, so that a test can tell which batches an interrupted run trained.
 BATCH_LOG = (
-    "import hashlib, os, nbexport\n"
-    "m = nbexport.load()\n"
-    "import atkit.runner as r\n"
-    "original = r.train_step\n"
+    "import hashlib, os\n"
+    "import annotated_transformer_lib as m\n"
+    "original = m.train_step\n"
     "def logged(model, batch, *a, **k):\n"
     "    micro = list(batch) if isinstance(batch, (list, tuple)) else [batch]\n"
     "    path = os.environ['BATCH_LOG'] + '.' + os.environ.get('RANK', '0')\n"
@@ -335,7 +335,7 @@ BATCH_LOG = (
     "        for b in micro:\n"
     "            f.write(hashlib.sha1(b.src.numpy().tobytes()).hexdigest() + '\\n')\n"
     "    return original(model, batch, *a, **k)\n"
-    "r.train_step = logged\n"
+    "m.train_step = logged  # what Part 2's run_epoch calls\n"
 )
 
 
@@ -443,8 +443,10 @@ def test_a_resume_with_one_process_trains_the_rest_of_the_epoch_once(
     """Saved by 2 ranks after 3 steps (6 of epoch 0's 14 batches), resumed by one
     process for 8 more steps: it deals the rest of the epoch to itself, so that each
     of the 14 batches is trained once and the epoch ends exactly at step 11."""
+    import pipeline as pl
+
     folder = ddp / "mid-for-1"
-    cfg = lib.run_config("ci", **DDP)
+    cfg = pl.run_config("ci", **DDP)
     batches = lib.make_batches(lib.copy_task_data(cfg).train, cfg, "cpu")
     epoch0 = [batch_digest(b) for b in batches]
     assert len(set(epoch0)) == len(epoch0) == 14
@@ -453,13 +455,13 @@ def test_a_resume_with_one_process_trains_the_rest_of_the_epoch_once(
     ranks_part = logged(ddp / "mid.log")
     assert len(ranks_part) == 6
 
-    one_process, original = [], lib.runner.train_step
+    one_process, original = [], lib.train_step
 
     def log_batches(model, batch, *args, **kwargs):
-        one_process.extend(batch_digest(b) for b in batch)
+        one_process.append(batch_digest(batch))
         return original(model, batch, *args, **kwargs)
 
-    monkeypatch.setattr(lib.runner, "train_step", log_batches)
+    monkeypatch.setattr(lib, "train_step", log_batches)
     assert cli.train_cli([*copy_args(folder, DDP), "--max-steps", "11"]) == 0
     assert "resuming with 1 process(es) a run saved by 2" in capsys.readouterr().out
     assert len(one_process) == 8
@@ -496,24 +498,26 @@ def test_a_world_of_one_trains_as_one_process(lib, world_of_one, tmp_path):
     the whole order, the sums and the gathered list are this rank's own, the
     normaliser is the global label-token count over W; trained with it (DDP of
     one), a run takes the single process's steps exactly."""
+    import pipeline as pl
+
     world = world_of_one
     assert world.shard(list(range(7))) == list(range(7))
     cfg = copy_cfg(lib, **{**FOUR, "eval_every": 4})
     data = lib.copy_task_data(cfg)
     micro = lib.make_batches(data.train, cfg, "cpu")[:3]
     count = sum(int(b.label_count) for b in micro)
-    n = world.norm(micro)
+    n = world.norm(count)
     assert n.dtype == torch.float32 and n.item() == count
     pretend = lib.DataParallel(0, 2, 0, 2, torch.device("cpu"))  # W=2, one rank here
-    assert pretend.norm(micro).item() == count / 2
+    assert pretend.norm(count).item() == count / 2
     assert pretend.shard(list(range(7))) == [0, 2, 4]
     values = torch.tensor([1.5, 2.0], dtype=torch.float64)
     summed = world.all_sum(values)
     assert summed.dtype == torch.float64 and summed.tolist() == [1.5, 2.0]
     assert world.gather({"rank": 0}) == [{"rank": 0}]
     assert world.barrier() is None
-    ddp, history = lib.train(cfg, data, tmp_path / "ddp", "cpu", world=world, log=quiet)
-    one, ref = lib.train(cfg, data, tmp_path / "one", "cpu", log=quiet)
+    ddp, history = pl.train(cfg, data, tmp_path / "ddp", "cpu", world=world, log=quiet)
+    one, ref = pl.train(cfg, data, tmp_path / "one", "cpu", log=quiet)
     assert history["train_loss"] == ref["train_loss"]
     for name, value in one.state_dict().items():
         assert torch.equal(ddp.state_dict()[name], value), name
@@ -524,14 +528,16 @@ def test_global_batch_steps_of_one_rank_are_the_runs_own_steps(
 ):
     """One process stepping on global batches of W=1 takes Part 3's steps (the
     same losses as `train`); with W=2 each step takes two batches."""
+    import pipeline as pl
+
     cfg = copy_cfg(lib, **FOUR)
     data = lib.copy_task_data(cfg)
-    _, history = lib.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
+    _, history = pl.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
     one = tmp_path / "one"
-    model, losses = parallel.global_batch_steps(cfg, data, 1, 4, lib.TRAINING, one)
+    model, losses = parallel.global_batch_steps(cfg, data, 1, 4, one)
     assert losses == pytest.approx(history["train_loss"], rel=1e-6)
     assert one.is_dir()
-    _, two = parallel.global_batch_steps(cfg, data, 2, 2, lib.TRAINING, one)
+    _, two = parallel.global_batch_steps(cfg, data, 2, 2, one)
     assert len(two) == 2 and all(0 < x < 10 for x in two)
 
 
@@ -559,6 +565,8 @@ def test_two_processes_against_one_launches_the_copy_task_and_steps_alike(
     replaced by the training program run in this process, and the function's
     command line, the worker it names and its single-process reference are
     checked."""
+    import pipeline as pl
+
     launched = []
 
     def launch(args, code, nproc, timeout_s, echo):
@@ -573,18 +581,17 @@ def test_two_processes_against_one_launches_the_copy_task_and_steps_alike(
     run = {**ci.run, **{k: v for k, v in small.items() if k not in model_names}}
     small_ci = dataclasses.replace(ci, model=model, run=run)
     monkeypatch.setitem(lib.PRESETS, "ci", small_ci)
-    cfg = lib.run_config("ci", steps=3, eval_every=1, resume_every=3, P_drop=0.0)
+    cfg = pl.run_config("ci", steps=3, eval_every=1, resume_every=3, P_drop=0.0)
     data, worker = lib.copy_task_data(cfg), launcher.worker_code("tools.train")
-    two, one = parallel.two_processes_against_one(
-        tmp_path / "two", cfg, data, lib.TRAINING, worker
-    )
+    # as the notebook calls it: the copy task's data and tools.train's worker by default
+    two, one = parallel.two_processes_against_one(tmp_path / "two", cfg)
     ((args, code, nproc),) = launched
     assert nproc == 2 and "--fresh" in args and code == worker
     sets = [v for k, v in zip(args, args[1:], strict=False) if k == "--set"]
     assert sets == ["steps=3", "eval_every=1", "resume_every=3", "P_drop=0.0"]
     saved = lib.checkpoints.load_checkpoint(tmp_path / "two" / "last.pt")
     assert two == saved["history"]["train_loss"] and len(two) == 3
-    ref = parallel.global_batch_steps(cfg, data, 2, 3, lib.TRAINING, tmp_path / "r")
+    ref = parallel.global_batch_steps(cfg, data, 2, 3, tmp_path / "r")
     assert one == ref[1]
 
 

@@ -135,13 +135,15 @@ def test_download_with_wrong_content_is_rejected(cache, multi30k, tmp_path):
 
 
 def test_an_explicit_data_folder_is_checked_too(lib, multi30k, tmp_path):
+    import pipeline as pl
+
     folder = copy_of_data(multi30k, tmp_path / "data")
     blob = bytearray((folder / "val.en.gz").read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     (folder / "val.en.gz").write_bytes(bytes(blob))
-    cfg = lib.run_config("ci", n_train=50)
+    cfg = pl.run_config("ci", n_train=50)
     with pytest.raises(corpus.DataUnavailableError, match="corrupted.*val.en.gz"):
-        lib.prepare_data(cfg, root=folder)
+        pl.prepare_data(cfg, root=folder)
     with pytest.raises(corpus.DataUnavailableError, match="val.en.gz"):
         corpus.read_split("val", root=folder)
 

@@ -1056,11 +1056,13 @@ def test_the_notebook_has_a_stub_and_a_check_per_exercise():
 
 
 def test_the_setup_cell_is_the_main_notebooks():
-    """Both notebooks fetch the repository on Colab with the same code."""
-    first = lambda path: next(
-        c for c in jupytext.read(path).cells if c.cell_type == "code"
-    )
-    assert first(MD).source == first(ROOT / "annotated_transformer.md").source
+    """Both notebooks fetch the repository on Colab with the same code: the
+    exercises' one Setup cell is the main notebook's two (the fetch, folded in a deep
+    dive, then runtime.setup)."""
+    code = lambda path: [c for c in jupytext.read(path).cells if c.cell_type == "code"]
+    fetch, setup = code(ROOT / "annotated_transformer.md")[:2]
+    assert "git" in fetch.source and "runtime.setup(" in setup.source
+    assert code(MD)[0].source == fetch.source + "\n" + setup.source
 
 
 def test_committed_outputs_are_the_unfilled_stubs():
@@ -1125,7 +1127,7 @@ def test_the_notebook_runs_alone_as_on_colab(tmp_path, multi30k):
             assert text.startswith(f"✓ {called[0]}: correct."), text
         else:
             assert text == repr(check.Verdict(called[0], "not done", check.NOT_DONE))
-    assert (colab / "at-repo" / "build" / "annotated_transformer_lib.py").is_file()
+    assert (colab / "at-repo" / "annotated_transformer_lib.py").is_file()  # the book
 
 
 @pytest.mark.notebook  # runs the notebook's cells in Jupyter kernels

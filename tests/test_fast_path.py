@@ -107,7 +107,10 @@ def test_fused_loss_matches_label_smoothing(lib, smoothing):
 
 
 def test_accumulated_micro_batches_equal_one_big_batch(lib):
-    """fast_train_step over two micro-batches takes the step of their union."""
+    """Part 2's step over two micro-batches (pipeline.parallel.micro_batch_step,
+    the fast path) takes the step of their union."""
+    from pipeline import parallel
+
     torch.manual_seed(0)
     V = 25
     a = lib.make_model(V, V, "tiny", N=1, d_model=16, d_ff=32, h=2, P_drop=0.0)
@@ -120,7 +123,10 @@ def test_accumulated_micro_batches_equal_one_big_batch(lib):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         loss_compute = fast.FastLossCompute(model.generator, 0, 0.1)
-        total = lib.runner.train_step(model, batches, loss_compute, opt, sched)
+        if len(batches) == 1:
+            total = lib.train_step(model, batches[0], loss_compute, opt, sched)
+        else:
+            total = parallel.micro_batch_step(model, batches, loss_compute, opt, sched)
         states.append((total, model.state_dict()))
     (t_a, s_a), (t_b, s_b) = states
     torch.testing.assert_close(t_b, t_a, rtol=1e-5, atol=1e-5)
@@ -128,23 +134,29 @@ def test_accumulated_micro_batches_equal_one_big_batch(lib):
     assert moved < 1e-5, f"accumulated step differs by {moved}"
 
 
-def test_the_runners_step_and_loop_are_part_2s_on_one_batch(lib):
-    """atkit.runner's step (micro-batches, precision, no_sync) and its loop (a
-    validation mode, checks on the loss) grow Part 2's: on plain batches in float32
+def test_a_runs_wrapping_in_float32_leaves_part_2s_step_as_it_is(lib):
+    """pipeline.run.step_parts (autocast, the processes' normaliser, float16's
+    scaler, the kept losses) wraps Part 2's step and loop: in float32 on one process
     they take exactly the same steps and return the same sums."""
+    from pipeline import run
+
     torch.manual_seed(0)
     V = 25
     a = lib.make_model(V, V, "tiny", N=1, d_model=16, d_ff=32, h=2, P_drop=0.1)
     b = copy.deepcopy(a)
     batches = [padded_batch(lib, V, [7, 3, 5], seed=s) for s in range(3)]
     results = []
-    for model, run_epoch in ((a, lib.run_epoch), (b, lib.runner.run_epoch)):
+    for model, wrap in ((a, False), (b, True)):
         torch.manual_seed(1)  # the same dropout masks
         opt, sched = lib.make_optimizer(model, 16, warmup=2)
         loss_compute = lib.SimpleLossCompute(
             model.generator, lib.LabelSmoothing(V, 0, 0.1)
         )
-        total, ntokens, steps = run_epoch(batches, model, loss_compute, opt, sched)
+        net = model
+        if wrap:
+            fp32 = fast.Precision(None, "cpu")
+            net, loss_compute, opt = run.step_parts(model, loss_compute, opt, fp32)
+        total, ntokens, steps = lib.run_epoch(batches, net, loss_compute, opt, sched)
         results.append((total, ntokens, steps, model.state_dict()))
     (t_a, n_a, k_a, s_a), (t_b, n_b, k_b, s_b) = results
     assert (n_a, k_a) == (n_b, k_b) == (sum(x.ntokens for x in batches), 3)
@@ -158,6 +170,8 @@ def test_the_runners_step_and_loop_are_part_2s_on_one_batch(lib):
 def test_precision_by_capability(lib, monkeypatch):
     """ "auto" asks the hardware: bfloat16 only where it is native (sm80+ GPUs, CPUs
     with AMX or AVX512-BF16), float16 with a GradScaler on older GPUs; faked here."""
+    import pipeline as pl
+
     for amx, avx, name in (
         (False, False, "fp32"),
         (True, False, "bf16"),
@@ -190,7 +204,7 @@ def test_precision_by_capability(lib, monkeypatch):
     with pytest.raises(ValueError, match="fp16"):
         fast.choose_precision("cpu", "fp16")
     with pytest.raises(ValueError, match="precision"):  # RunConfig checks the name
-        lib.run_config("ci", precision="fp8")
+        pl.run_config("ci", precision="fp8")
     assert fast.choose_precision("cpu", "bf16").scaler is None
     assert fast.choose_precision("cpu", "fp32").dtype is None
 
@@ -249,8 +263,10 @@ def test_one_compiled_graph_for_an_epoch_of_shapes(lib, monkeypatch):
     import torch.fx.experimental._config as fx_config
     from torch._dynamo.testing import CompileCounter
 
-    cfg = lib.run_config("ci", n_train=400, pad_multiple=8)
-    data = lib.prepare_data(cfg)
+    import pipeline as pl
+
+    cfg = pl.run_config("ci", n_train=400, pad_multiple=8)
+    data = pl.prepare_data(cfg)
     batches = lib.make_batches(data.train, cfg, "cpu")
     shapes = {(b.src.size(1), b.tgt.size(1)) for b in batches}
     assert any(s == t for s, t in shapes) and any(s != t for s, t in shapes), shapes
@@ -285,6 +301,8 @@ def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
     """A float16 run's GradScaler (its scale and growth counter) is part of last.pt
     and comes back on resume; exercised on the CPU with an fp32 step, on Part 5's
     copy task (no corpus to read)."""
+    import pipeline as pl
+
     cfg = copy_cfg(lib, steps=6, eval_every=3)
     data = lib.copy_task_data(cfg)
 
@@ -293,13 +311,13 @@ def test_grad_scaler_state_is_saved_and_restored(lib, tmp_path, monkeypatch):
         return fast.Precision(None, "cpu", scaler)
 
     monkeypatch.setattr("atkit.fast.choose_precision", with_scaler)
-    whole, _ = lib.train(cfg, data, tmp_path / "whole", "cpu", log=lambda *a: None)
-    lib.train(cfg, data, tmp_path / "cut", "cpu", max_steps=4, log=lambda *a: None)
+    whole, _ = pl.train(cfg, data, tmp_path / "whole", "cpu", log=lambda *a: None)
+    pl.train(cfg, data, tmp_path / "cut", "cpu", max_steps=4, log=lambda *a: None)
     state = lib.checkpoints.load_checkpoint(tmp_path / "cut" / "last.pt")
     assert state["scaler"]["scale"] == 2.0**12  # grown twice in 4 steps
-    run = lib.runner.start_run(cfg, data, tmp_path / "cut", "cpu", lib.TRAINING)
+    run = pl.run.start_run(cfg, data, tmp_path / "cut", "cpu")
     assert run.precision.scaler.get_scale() == 2.0**12
-    resumed, _ = lib.train(cfg, data, tmp_path / "cut", "cpu", log=lambda *a: None)
+    resumed, _ = pl.train(cfg, data, tmp_path / "cut", "cpu", log=lambda *a: None)
     for (name, a), b in zip(
         whole.state_dict().items(), resumed.state_dict().values(), strict=True
     ):
@@ -314,17 +332,16 @@ def test_bf16_autocast_step_is_close_to_fp32(lib):
     )
     twin = copy.deepcopy(model)
     batch = padded_batch(lib, V, [8, 5, 2])
+    from pipeline import run
+
     losses = []
     for m, dtype in ((model, None), (twin, torch.bfloat16)):
         opt = torch.optim.SGD(m.parameters(), lr=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         loss_compute = fast.FastLossCompute(m.generator, 0, 0.1)
         precision = fast.Precision(dtype, "cpu")
-        losses.append(
-            lib.runner.train_step(
-                m, [batch], loss_compute, opt, sched, precision=precision
-            )
-        )
+        net, loss_compute, opt = run.step_parts(m, loss_compute, opt, precision)
+        losses.append(lib.train_step(net, batch, loss_compute, opt, sched))
     assert losses[1].dtype == torch.float32, "the loss is reduced in float32"
     assert torch.isfinite(losses[1])
     torch.testing.assert_close(losses[1], losses[0], rtol=3e-2, atol=0)
@@ -394,11 +411,12 @@ def test_a_compile_that_fails_falls_back_to_eager(lib, monkeypatch, tmp_path, wh
     """The gpu preset compiles; on a T4 Triton may fail, when torch.compile is called
     or, as it compiles lazily, at the first step. The run goes on uncompiled, says
     so in one line, and ends with exactly the weights of an uncompiled run."""
+    import pipeline as pl
     from conftest import copy_cfg, quiet
 
     cfg = copy_cfg(lib)
     data = lib.copy_task_data(cfg)
-    eager, _ = lib.train(cfg, data, tmp_path / "eager", "cpu", log=quiet)
+    eager, _ = pl.train(cfg, data, tmp_path / "eager", "cpu", log=quiet)
 
     def compile(model, **options):
         if where == "at torch.compile":
@@ -408,7 +426,7 @@ def test_a_compile_that_fails_falls_back_to_eager(lib, monkeypatch, tmp_path, wh
     monkeypatch.setattr(runtime, "compile_works", lambda device: (True, "faked"))
     monkeypatch.setattr("torch.compile", compile)
     said = []
-    model, history = lib.train(
+    model, history = pl.train(
         cfg.updated(compile=True), data, tmp_path / "compiled", "cpu", log=said.append
     )
     failed = [line for line in said if "torch.compile failed" in line]
@@ -477,24 +495,29 @@ def test_fast_train_step_never_waits_for_the_device(lib, monkeypatch):
     a step that a GPU could run without the host stopping to wait."""
     model, loss_compute, opt, sched = fast_setup(lib)
     batches = [padded_batch(lib, 25, [7, 5, 3], seed=s) for s in range(3)]
-    lib.runner.train_step(model, batches[0], loss_compute, opt, sched)  # warm-up
+    lib.train_step(model, batches[0], loss_compute, opt, sched)  # warm-up
     counter = SyncCounter(monkeypatch)
     for b in batches:
-        loss = lib.runner.train_step(model, b, loss_compute, opt, sched)
+        loss = lib.train_step(model, b, loss_compute, opt, sched)
     assert counter.calls == [], counter.calls
     assert isinstance(loss, torch.Tensor) and not loss.requires_grad
 
 
-def test_run_epoch_syncs_once_per_logging_interval(lib, monkeypatch):
+def test_run_epoch_and_a_runs_check_sync_once_per_window(lib, monkeypatch):
+    """Part 2's run_epoch reads its losses from the device once, at the end; the
+    pipeline's check of a window's losses (inf, NaN) once more."""
+    from atkit.runner import checked_sum
+    from pipeline import run
+
     model, loss_compute, opt, sched = fast_setup(lib)
     batches = [padded_batch(lib, 25, [6, 4], seed=s) for s in range(12)]
+    loss = run.RunLoss(loss_compute, fast.Precision(None, "cpu"))
     counter = SyncCounter(monkeypatch)
-    total, ntokens, steps = lib.runner.run_epoch(
-        batches, model, loss_compute, opt, sched, log_every=4
-    )
+    total, ntokens, steps = lib.run_epoch(batches, model, loss, opt, sched)
+    assert checked_sum(loss.steps, 0) == pytest.approx(total, rel=1e-6)
     assert steps == 12 and ntokens == sum(b.ntokens for b in batches)
     syncs = [c for c in counter.calls if c in ("cpu", "item", "tolist")]
-    assert len(syncs) <= 3 * 3, counter.calls  # 3 intervals: sum, sum, bar
+    assert len(syncs) <= 3, counter.calls  # the sum, the check, the bar
     assert total > 0
 
 

@@ -126,7 +126,9 @@ def test_a_sample_of_the_decoding_cases_is_what_the_search_gives_now(lib):
     """The committed greedy and beam-search cases (the first of each norm) decoded
     again with the committed model, pre-norm and in its post-norm form, and the
     fuzzed texts drawn again from their seed."""
-    model, cfg, vocab, _ = lib.load_exported(GOLDEN / js_golden.MODEL_FILE)
+    import pipeline as pl
+
+    model, cfg, vocab, _ = pl.load_exported(GOLDEN / js_golden.MODEL_FILE)
     models = {"pre": model, "post": js_golden.post_norm(lib, cfg, model.state_dict())}
     assert not models["post"].training
     assert models["post"].config.norm == "post" and model.config.norm == "pre"

@@ -491,7 +491,7 @@ def test_nbexport_refuses_a_library_cell_that_does_not_compile(
     tmp_path, monkeypatch, capsys, case
 ):
     """nbexport.py exits 2 naming the .md line (it exited 0 and wrote the broken
-    module); every reader of the library cells (load, registry_names) says the
+    module); every reader of the library cells (export, registry_names) says the
     same, and the tools print it as a refusal."""
     insert, why, shown = LIBRARY_DAMAGE[case]
     at = _library_line()
@@ -508,7 +508,8 @@ def test_nbexport_refuses_a_library_cell_that_does_not_compile(
         assert f"does not compile ({why}" in err and shown in err, err
         assert "fix that line" in err
     assert not out.exists()
-    for read in (nbexport.load, lambda p: nbexport.registry_names("SEARCHES", p)):
+    export = lambda p: nbexport.export(p, out)  # noqa: E731
+    for read in (export, lambda p: nbexport.registry_names("SEARCHES", p)):
         with pytest.raises(records.MalformedFileError) as err:
             read(md)
         assert refused(err.value).startswith(f"annotated_transformer.md:{at}: ")

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from atkit import settings
 from conftest import ROOT, clean_env, lazy
 
 torch = lazy("torch")
@@ -309,15 +310,22 @@ def test_copy_task_copies_unseen_sequences(lib, copy_model):
 # ---------------------------------------------------------------- errors and import
 
 
+def checked(size, **overrides):
+    import pipeline
+
+    return pipeline.model_config(size, **overrides)
+
+
 @pytest.mark.parametrize(
     "call, word",
     [
-        (lambda lib: lib.make_model(10, 10, "tiny", d_model=30, h=4), "d_model"),
-        (lambda lib: lib.make_model(10, 10, "huge"), "size"),
-        (lambda lib: lib.make_model(10, 10, "tiny", dmodel=64), "dmodel"),
-        (lambda lib: lib.make_model(10, 10, "tiny", norm="middle"), "norm"),
-        (lambda lib: lib.make_model(10, 12, "tiny", tie="all"), "tie"),
-        (lambda lib: lib.make_model(10, 10, "tiny", P_drop=1.5), "P_drop"),
+        # where configs are made and models built from them: the pipeline
+        (lambda lib: checked("tiny", d_model=30, h=4), "d_model"),
+        (lambda lib: checked("huge"), "size"),
+        (lambda lib: checked("tiny", dmodel=64), "dmodel"),
+        (lambda lib: checked("tiny", norm="middle"), "norm"),
+        (lambda lib: settings.check_tie("all", 10, 12), "tie"),
+        (lambda lib: checked("tiny", P_drop=1.5), "P_drop"),
         (lambda lib: lib.runtime.choose_preset({"AT_PRESET": "tpu"}), "AT_PRESET"),
     ],
 )
@@ -338,8 +346,7 @@ def test_import_runs_no_demo(lib):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         t = time.perf_counter()
-        import nbexport
-        m = nbexport.load()
+        import annotated_transformer_lib as m
         figures = len(plt.get_fignums())
         print(f"{time.perf_counter() - t:.2f}", figures, hasattr(m, "copy_model"))
         """

@@ -14,7 +14,7 @@ import pytest
 
 from atkit import data as corpus
 from atkit.settings import ConfigError
-from conftest import RUN_TINY, lazy, toy_corpus
+from conftest import RUN_TINY, lazy
 from tools import train as cli
 
 torch = lazy("torch")
@@ -80,34 +80,26 @@ def test_vocab_from_training_pairs_only(lib, cfg, data):
 def test_unknown_vocabulary_kinds(lib):
     """The paper's pipeline checks nothing a setting has checked already (src_lang:
     RunConfig); a checkpoint of an unknown vocabulary kind is refused."""
+    import pipeline as pl
+
     with pytest.raises(ConfigError, match="src_lang"):
-        lib.run_config("ci", src_lang="fr")
+        pl.run_config("ci", src_lang="fr")
     with pytest.raises(ValueError, match="kind"):
-        atconfig.vocab_from_state({"kind": "chars"})
+        pl.vocab_from_state({"kind": "chars"})
 
 
-def test_a_vocabulary_kind_used_before_its_part_names_the_cell(lib, monkeypatch):
-    """RunConfig accepts vocab="bpe" from Part 3 on; until Part 4's cell has
-    registered it, building it is refused naming that cell (not a bare KeyError), and
-    the cell named is the one that registers it."""
+def test_each_vocabulary_kind_is_defined_where_its_record_says(lib):
+    """config.VOCAB_KINDS names, for each kind of RunConfig.vocab, the Part and the
+    cell of the notebook that define its class; the pipeline builds it from there
+    (no registry: it imports the notebook's classes by name)."""
     import nbexport
+    import pipeline as pl
     from atkit import config
 
-    monkeypatch.delitem(config._VOCABS, "bpe")
-    cfg = lib.run_config("ci", vocab="bpe", tie="all", n_train=50)
-    with pytest.raises(ConfigError) as err, toy_corpus():
-        lib.prepare_data(cfg)
-    assert str(err.value) == (
-        "vocab='bpe' is built in Part 4 (§5.1): run Part 4's \"One subword "
-        "vocabulary\" cell first, or use vocab='words'"
-    )
-    with pytest.raises(ConfigError, match="run Part 4's"):
-        atconfig.vocab_from_state({"kind": "bpe", "model": None})
     for kind, where in config.VOCAB_KINDS.items():
+        cls = pl.data.VOCABS[kind][0]
         (block,) = [
-            b
-            for b in nbexport.library_blocks()
-            if f'register_vocab("{kind}"' in b.source
+            b for b in nbexport.library_blocks() if f"class {cls.__name__}" in b.source
         ]
         part, section = block.section.split(" › ")[:2]
         assert part.startswith(where.part.split(" (")[0] + ":"), (kind, part)

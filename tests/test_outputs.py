@@ -431,10 +431,10 @@ def test_export_names_a_ckpt_dir_that_is_no_folder(tmp_path, capsys, what):
     assert f"--ckpt-dir {what} is a" in line and "not a folder" in line, line
 
 
-def test_export_records_the_runs_own_preset(lib):
+def test_export_records_the_runs_own_preset(lib, pl):
     """--preset cpu on a ci run wrote "preset": "cpu" into the manifest: the
     run's model shape names its preset; another is refused, none is taken."""
-    cfg = lib.run_config("ci", vocab="bpe", tie="all", eval_every=20)
+    cfg = pl.run_config("ci", vocab="bpe", tie="all", eval_every=20)
     assert export_model.run_preset(lib, cfg) == "ci"
     assert export_model.check_preset(lib, cfg, "run", None) == "ci"
     assert export_model.check_preset(lib, cfg, "run", "ci") == "ci"
@@ -443,7 +443,7 @@ def test_export_records_the_runs_own_preset(lib):
     assert "--preset cpu: the run in run trained the ci preset's model" in str(
         err.value
     ) and "give --preset ci" in str(err.value)
-    odd = lib.run_config("ci", d_model=16, d_ff=32, h=2)
+    odd = pl.run_config("ci", d_model=16, d_ff=32, h=2)
     assert export_model.check_preset(lib, odd, "run", "cpu") == "cpu"
     with pytest.raises(export_model.UsageError, match="no preset's shape"):
         export_model.check_preset(lib, odd, "run", None)
@@ -457,7 +457,6 @@ def test_export_refuses_another_preset_and_its_checkpoints_as_output(
     run = trained(vocab="bpe", tie="all", eval_every=20).folder
     capsys.readouterr()  # the training's progress
     monkeypatch.setattr("tools.export_model.snapshots_to_average", must_not_run)
-    monkeypatch.setattr("nbexport.load", lambda *a: lib)
     argv = ["--ckpt-dir", str(run), "--preset", "cpu", "--out", str(tmp_path)]
     assert guarded(export_model.main, EXPORT, argv) == 2
     assert "trained the ci preset's model" in one_line(capsys, EXPORT)
@@ -621,7 +620,7 @@ GOLDEN = "python -m tools.js_golden"
 def test_js_golden_refuses_an_input_or_a_file_as_its_folder(
     tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr("nbexport.load", must_not_run)
+    monkeypatch.setattr("tools.js_golden.golden", must_not_run)
     nb = ROOT / "annotated_transformer.md"
     before = snapshot(nb)
     _soft(tmp_path / "cases.json", nb)
@@ -686,7 +685,8 @@ def test_nbexport_check_says_missing_not_stale(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["nbexport.py", "--check"])
     assert nbexport.main() == 1
     assert (
-        capsys.readouterr().err == f"{missing} is missing: run `python nbexport.py`\n"
+        capsys.readouterr().err
+        == f"{missing.name} is missing: run `python nbexport.py` (make export)\n"
     )
 
 

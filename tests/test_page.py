@@ -579,8 +579,12 @@ def test_command_line(tmp_path):
 
 @pytest.mark.parametrize(
     "notebook, page",
-    [(NOTEBOOK, PAGE), (ROOT / "exercises.ipynb", ROOT / "docs" / "exercises.html")],
-    ids=["notebook", "exercises"],
+    [
+        (NOTEBOOK, PAGE),
+        (ROOT / "exercises.ipynb", ROOT / "docs" / "exercises.html"),
+        (ROOT / "since_2017.ipynb", ROOT / "docs" / "since_2017.html"),
+    ],
+    ids=["notebook", "exercises", "since_2017"],
 )
 def test_notebook_page(tmp_path, browser, capsys, notebook, page):
     out = tmp_path / page.name
@@ -841,8 +845,12 @@ TOC_JS = r"""
 
 @pytest.mark.parametrize(
     "notebook, page",
-    [(NOTEBOOK, PAGE), (ROOT / "exercises.ipynb", ROOT / "docs" / "exercises.html")],
-    ids=["notebook", "exercises"],
+    [
+        (NOTEBOOK, PAGE),
+        (ROOT / "exercises.ipynb", ROOT / "docs" / "exercises.html"),
+        (ROOT / "since_2017.ipynb", ROOT / "docs" / "since_2017.html"),
+    ],
+    ids=["notebook", "exercises", "since_2017"],
 )
 def test_contents_list_every_part(browser, capsys, notebook, page):
     """The contents name every ## heading of the notebook (read from its markdown),

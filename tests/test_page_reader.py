@@ -1,8 +1,9 @@
 """The pages as a reader of today meets them (issue 58), in headless Chromium.
 
 - Accessibility: axe-core (npm, package.json's devDependencies, `npm ci`) finds no
-  critical and no serious violation on docs/index.html, docs/exercises.html and
-  docs/translate.html, at 1280 px and at 390 px, light and dark.
+  critical and no serious violation on docs/index.html, docs/exercises.html,
+  docs/since_2017.html and docs/translate.html, at 1280 px and at 390 px, light and
+  dark.
 - Phones: no display formula is cut at 390 px (page.js scales it to fit, or it
   scrolls with a cue and keyboard focus); the contents button stays on screen and
   opens the contents.
@@ -34,7 +35,7 @@ DOCS = ROOT / "docs"
 NOTEBOOK = ROOT / "annotated_transformer.ipynb"
 SOURCE = ROOT / "annotated_transformer.md"
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
-PAGES = ["index.html", "exercises.html", "translate.html"]
+PAGES = ["index.html", "exercises.html", "since_2017.html", "translate.html"]
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 
@@ -116,7 +117,7 @@ def clipped_formulas(browser, path: Path, width: int = 390) -> list[dict]:
         context.close()
 
 
-@pytest.mark.parametrize("name", ["index.html", "exercises.html"])
+@pytest.mark.parametrize("name", ["index.html", "exercises.html", "since_2017.html"])
 def test_no_formula_is_cut_on_a_phone(browser, name):
     """At 390 px every display formula (deep dives opened) fits its column, scaled
     down to 0.62 at most, or scrolls in a box with a visible cue and keyboard focus."""
@@ -181,7 +182,7 @@ SECTION_LINKS_JS = r"""
 """
 
 
-@pytest.mark.parametrize("name", ["index.html", "exercises.html"])
+@pytest.mark.parametrize("name", ["index.html", "exercises.html", "since_2017.html"])
 def test_section_signs_link_to_the_paper(browser, name):
     """Each "§x.y" of the prose (not in code, outputs or a deep dive's summary line)
     is a link to that section on ar5iv (§3.2.1 -> #S3.SS2.SSS1)."""

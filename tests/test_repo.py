@@ -15,13 +15,16 @@ import pytest
 
 import nbexport
 from atkit.runtime import RUN_MIME
-from atkit.settings import ConfigError
 from conftest import ROOT, clean_env
 from tools import readme_results
 
 MD = ROOT / "annotated_transformer.md"
 IPYNB = ROOT / "annotated_transformer.ipynb"
-PAIRS = [(MD, IPYNB), (ROOT / "exercises.md", ROOT / "exercises.ipynb")]
+PAIRS = [
+    (MD, IPYNB),
+    (ROOT / "exercises.md", ROOT / "exercises.ipynb"),
+    (ROOT / "since_2017.md", ROOT / "since_2017.ipynb"),
+]
 
 
 def cells(nb):
@@ -84,13 +87,16 @@ def test_exported_module_is_importable_by_other_processes(tmp_path):
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == str(nbexport.load().MODEL_SIZES["tiny"]["d_model"])
+    import annotated_transformer_lib
+
+    tiny = annotated_transformer_lib.MODEL_SIZES["tiny"]
+    assert r.stdout.strip() == str(tiny["d_model"])
 
 
 def test_library_lines_keep_their_notebook_line_numbers(lib):
-    """The generated module holds each library line on the line it has in the .md,
-    and is compiled under the notebook's name: a traceback from the library names
-    annotated_transformer.md and the right line there."""
+    """The generated module holds each library line on the line it has in the .md:
+    a traceback from the library names annotated_transformer_lib.py and a line
+    number that is the notebook's, and shows the notebook's line."""
     md = MD.read_text(encoding="utf-8").splitlines()
     generated = nbexport.module_source().splitlines()
     code = [
@@ -101,10 +107,11 @@ def test_library_lines_keep_their_notebook_line_numbers(lib):
     assert len(code) > 500  # the library is here, not a few stray lines
     moved = [(n, line) for n, line in code if md[n - 1] != line]
     assert not moved, f"lines not on their .md line: {moved[:3]}"
-    with pytest.raises(ConfigError) as err:
-        lib.model_config("tiny", P_drop=1.5)
-    frames = [f for f in traceback.extract_tb(err.tb) if f.filename == str(MD)]
-    assert [f.name for f in frames][:1] == ["model_config"], frames
+    with pytest.raises(TypeError) as err:
+        lib.average_checkpoints("one.pt")  # a list is needed
+    frames = [f for f in traceback.extract_tb(err.tb) if f.filename == lib.__file__]
+    assert [f.name for f in frames] == ["average_checkpoints"], frames
+    assert "states_to_average" in md[frames[0].lineno - 1]
     for frame in frames:
         assert md[frame.lineno - 1].strip() == generated[frame.lineno - 1].strip()
         assert frame.line and frame.line in md[frame.lineno - 1]
@@ -156,7 +163,7 @@ def test_wait_policy_is_set_before_any_cell_imports_torch():
     assert "runtime" in lines[runtime] and runtime < first_torch
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     probe = (
-        "import nbexport, os, sys; nbexport.load(); "
+        "import annotated_transformer_lib, os, sys; "
         "print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
     )
     out = subprocess.run(
@@ -518,7 +525,9 @@ def test_nbexport_command_line_writes_and_checks_the_module(
     stale.write_text("# an older notebook's module\n")
     monkeypatch.setattr(nbexport, "EXPORT", stale)
     assert nbexport.main() == 1
-    assert capsys.readouterr().err == (f"{stale} is stale: run `python nbexport.py`\n")
+    assert capsys.readouterr().err == (
+        f"{stale.name} is stale: run `python nbexport.py` (make export)\n"
+    )
     monkeypatch.setattr(sys, "argv", ["nbexport.py"])
     assert nbexport.main() == 0
     assert capsys.readouterr().out == f"{nbexport.export()}\n"

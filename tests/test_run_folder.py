@@ -115,16 +115,15 @@ def test_folder_lock_keeps_every_other_holder_out(tmp_path):
 
 
 SLOW_AFTER_2 = (
-    "import time, nbexport\n"
-    "m = nbexport.load()\n"
-    "import atkit.runner as r\n"
-    "n, original = [0], r.train_step\n"
+    "import time\n"
+    "import annotated_transformer_lib as m\n"
+    "n, original = [0], m.train_step\n"
     "def slow(*a, **k):\n"
     "    n[0] += 1\n"
     "    if n[0] > 2:\n"
     "        time.sleep(600)\n"
     "    return original(*a, **k)\n"
-    "r.train_step = slow\n"
+    "m.train_step = slow  # what Part 2's run_epoch calls\n"
 )
 
 
@@ -135,6 +134,8 @@ def test_a_second_run_into_the_folder_of_a_running_one_stops_at_once(
     """Run A trains into a folder (and sits in its third step); run B into the same
     folder fails at once naming A's process, --fresh deletes nothing of A's, and once
     A is killed B resumes A's run (a killed run leaves no stuck lock)."""
+    import pipeline as pl
+
     run = tmp_path / "run"
     args = copy_args(run, {**COPY, "eval_every": 2})
     a = subprocess.Popen(
@@ -161,7 +162,7 @@ def test_a_second_run_into_the_folder_of_a_running_one_stops_at_once(
                 assert f"pid {a.pid}" in message and str(run) in message, message
                 assert time.monotonic() - start < 30
             with pytest.raises(files.FolderBusyError, match=f"pid {a.pid}"):
-                lib.train(copy_cfg(lib), None, run, "cpu", log=quiet)
+                pl.train(copy_cfg(lib), None, run, "cpu", log=quiet)
         assert pt_files(run) == before
         assert a.poll() is None, "run A should still be running"
     finally:
@@ -193,13 +194,15 @@ def test_fresh_on_a_folder_that_is_not_a_run_keeps_everything(lib, tmp_path):
 
 
 def test_fresh_trains_the_run_again_from_step_0(lib, tmp_path):
+    import pipeline as pl
+
     cfg = copy_cfg(lib, steps=4, eval_every=2)
     data = lib.copy_task_data(cfg)
-    model, _ = lib.train(cfg, data, tmp_path, "cpu", log=quiet)
+    model, _ = pl.train(cfg, data, tmp_path, "cpu", log=quiet)
     (tmp_path / "notes.txt").write_text("mine")
     n = len(list(tmp_path.glob("*.pt")))
     said = []
-    again, history = lib.train(cfg, data, tmp_path, "cpu", fresh=True, log=said.append)
+    again, history = pl.train(cfg, data, tmp_path, "cpu", fresh=True, log=said.append)
     assert said[0] == f"fresh: removed {n} checkpoint file(s) of an earlier run", said
     assert not any("finished" in m for m in said), "loaded instead of trained"
     assert history["steps"] == [2, 4] and same_weights(model, again)
@@ -209,9 +212,11 @@ def test_fresh_trains_the_run_again_from_step_0(lib, tmp_path):
 def test_fresh_deletes_nothing_while_another_process_holds_the_folder(
     lib, tmp_path, capsys
 ):
+    import pipeline as pl
+
     run = tmp_path / "run"
     cfg = copy_cfg(lib)
-    lib.train(cfg, lib.copy_task_data(cfg), run, "cpu", max_steps=2, log=quiet)
+    pl.train(cfg, lib.copy_task_data(cfg), run, "cpu", max_steps=2, log=quiet)
     before = sorted(p.name for p in run.iterdir())
     holder = hold_lock(run, 600)
     try:
@@ -241,34 +246,38 @@ def test_train_names_a_checkpoint_folder_it_cannot_use(lib, tmp_path, monkeypatc
     """The notebook's train(), as the command line: no bare FileNotFoundError or
     FileExistsError from deep inside pathlib, nothing trained, nothing written into
     the working folder."""
+    import pipeline as pl
+
     cfg = copy_cfg(lib)
     data = lib.copy_task_data(cfg)
     forbid(lib, monkeypatch, *NO_TRAINING)
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(NotADirectoryError, match="symbolic link"):
-        lib.train(cfg, data, tmp_path / "loop", "cpu", log=quiet)
+        pl.train(cfg, data, tmp_path / "loop", "cpu", log=quiet)
     if Path("/proc/self").is_dir():
         with pytest.raises(PermissionError, match="/proc/x.*cannot"):
-            lib.train(cfg, data, "/proc/x", "cpu", log=quiet)
+            pl.train(cfg, data, "/proc/x", "cpu", log=quiet)
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(NotADirectoryError, match="a-file is a file"):
-        lib.train(cfg, data, tmp_path / "a-file", "cpu", log=quiet)
+        pl.train(cfg, data, tmp_path / "a-file", "cpu", log=quiet)
     (tmp_path / "run" / "last.pt").mkdir(parents=True)
     with pytest.raises(lib.checkpoints.CheckpointError, match="last.pt is a folder"):
-        lib.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
+        pl.train(cfg, data, tmp_path / "run", "cpu", log=quiet)
     long = tmp_path / ("a" * 300)
     with pytest.raises(OSError, match=os.strerror(errno.ENAMETOOLONG)):
-        lib.train(cfg, data, long, "cpu", log=quiet)
+        pl.train(cfg, data, long, "cpu", log=quiet)
     monkeypatch.chdir(tmp_path)
     for empty in ("", ".", None):
         with pytest.raises(ValueError, match="ckpt_dir is empty"):
-            lib.train(cfg, data, empty, "cpu", log=quiet)
+            pl.train(cfg, data, empty, "cpu", log=quiet)
     assert not (tmp_path / ".lock").exists(), "nothing may be written into the cwd"
 
 
 def test_a_read_only_folder_fails_before_training(
     lib, read_only, tmp_path, monkeypatch, capsys
 ):
+    import pipeline as pl
+
     forbid(lib, monkeypatch, *NO_TRAINING)
     for extra in (
         ["--ckpt-dir", str(read_only / "run")],
@@ -279,7 +288,7 @@ def test_a_read_only_folder_fails_before_training(
         assert "cannot be written" in message and str(read_only) in message
     for folder in (read_only, read_only / "run"):
         with pytest.raises(PermissionError, match=str(read_only)):
-            lib.train(copy_cfg(lib), None, folder, "cpu", log=quiet)
+            pl.train(copy_cfg(lib), None, folder, "cpu", log=quiet)
 
 
 @pytest.mark.process
@@ -310,9 +319,11 @@ def test_a_folder_without_read_permission_is_refused(tmp_path):
 
 
 def test_relative_paths_are_fine_everywhere(lib, tmp_path, monkeypatch):
+    import pipeline as pl
+
     monkeypatch.chdir(tmp_path)
     cfg = copy_cfg(lib, steps=2, eval_every=2)
-    lib.train(cfg, lib.copy_task_data(cfg), Path("runs") / "a", "cpu", log=quiet)
+    pl.train(cfg, lib.copy_task_data(cfg), Path("runs") / "a", "cpu", log=quiet)
     assert (tmp_path / "runs" / "a" / "last.pt").exists()
 
 
@@ -340,6 +351,8 @@ def test_checkpoints_are_written_whole_and_readable_like_other_files(lib, tmp_pa
 
 
 def test_a_checkpoint_is_plain_data_of_one_format(lib, tiny_run):
+    import pipeline as pl
+
     cfg, ckpt_dir, model, history = (
         tiny_run.cfg,
         tiny_run.folder,
@@ -352,8 +365,8 @@ def test_a_checkpoint_is_plain_data_of_one_format(lib, tiny_run):
     assert isinstance(ckpt["vocab_src"]["itos"], list)
     parts = {"optimizer", "scheduler", "ranks", "config", "progress", "history"}
     assert parts <= set(ckpt)
-    loaded, saved_cfg, vs, vt = lib.model_from_checkpoint(ckpt)
-    assert saved_cfg == cfg == lib.RunConfig.from_dict(ckpt["config"])
+    loaded, saved_cfg, vs, vt = pl.model_from_checkpoint(ckpt)
+    assert saved_cfg == cfg == pl.config_from_dict(ckpt["config"])
     assert vs.itos == ckpt["vocab_src"]["itos"]
     assert len(vt) == model.generator.proj.out_features
     assert same_weights(model, loaded)
@@ -367,21 +380,23 @@ def test_a_checkpoint_is_plain_data_of_one_format(lib, tiny_run):
     assert kept == sorted(resume.kept_steps(history, cfg.keep))
     assert len(kept) <= 2 * cfg.keep
     for step in kept:
-        snap = lib.model_from_checkpoint(resume.snapshot_path(ckpt_dir, step))
+        snap = pl.model_from_checkpoint(resume.snapshot_path(ckpt_dir, step))
         assert snap[1] == cfg
 
 
 def test_resume_gives_the_same_parameters(lib, tiny_run, tmp_path):
+    import pipeline as pl
+
     cfg, data, model = tiny_run.cfg, tiny_run.data, tiny_run.model
     history = tiny_run.history
     per_epoch = len(lib.make_batches(data.train, cfg, "cpu"))
     k = per_epoch + per_epoch // 2  # in the middle of the second epoch
     assert cfg.eval_every < k < cfg.steps and k % per_epoch and k % cfg.eval_every
-    lib.train(cfg, data, tmp_path, "cpu", max_steps=k, log=quiet)
+    pl.train(cfg, data, tmp_path, "cpu", max_steps=k, log=quiet)
     state = lib.checkpoints.load_checkpoint(tmp_path / "last.pt")
     assert state["progress"]["step"] == k
     assert len(state["history"]["val_loss"]) == k // cfg.eval_every
-    resumed, resumed_history = lib.train(cfg, data, tmp_path, "cpu", log=quiet)
+    resumed, resumed_history = pl.train(cfg, data, tmp_path, "cpu", log=quiet)
     assert same_weights(model, resumed)
     assert resumed_history["run_id"] == state["history"]["run_id"]  # the same run
     assert resumed_history["val_loss"] == history["val_loss"]
@@ -397,6 +412,8 @@ def test_resume_every_writes_last_pt_less_often_and_keeps_what_it_needs(
     """With resume_every=2, last.pt is written at every second evaluation and at the
     end; a run stopped in between resumes from the older last.pt, finds every
     snapshot its history needs, and ends as the uninterrupted run."""
+    import pipeline as pl
+
     cfg, data = tiny_run.cfg, tiny_run.data
     sparse = cfg.updated(resume_every=2)
     saves, save_run = [], resume.save_run
@@ -406,15 +423,15 @@ def test_resume_every_writes_last_pt_less_often_and_keeps_what_it_needs(
         return save_run(run, world)
 
     monkeypatch.setattr("atkit.resume.save_run", spy)
-    lib.train(sparse, data, tmp_path, "cpu", log=quiet)
+    pl.train(sparse, data, tmp_path, "cpu", log=quiet)
     monkeypatch.undo()
     steps = tiny_run.history["steps"]
     assert saves == [steps[1], steps[2]], saves  # last.pt at evaluations 2 and 3
     cut = tmp_path / "cut"
-    lib.train(sparse, data, cut, "cpu", max_steps=cfg.eval_every + 2, log=quiet)
+    pl.train(sparse, data, cut, "cpu", max_steps=cfg.eval_every + 2, log=quiet)
     state = lib.checkpoints.load_checkpoint(cut / "last.pt")
     assert state["progress"]["step"] == cfg.eval_every + 2
-    resumed, h = lib.train(sparse, data, cut, "cpu", log=quiet)
+    resumed, h = pl.train(sparse, data, cut, "cpu", log=quiet)
     assert same_weights(tiny_run.model, resumed)
     for step in resume.kept_steps(h, cfg.keep):
         assert resume.snapshot_path(cut, step).exists(), step
@@ -423,10 +440,12 @@ def test_resume_every_writes_last_pt_less_often_and_keeps_what_it_needs(
 def test_a_finished_run_is_loaded_and_left_unchanged(
     lib, tiny_run, run_dir, monkeypatch
 ):
+    import pipeline as pl
+
     before = (run_dir / "last.pt").read_bytes()
     forbid(lib, monkeypatch, *NO_TRAINING)
     messages = []
-    loaded, again = lib.train(
+    loaded, again = pl.train(
         tiny_run.cfg, tiny_run.data, run_dir, "cpu", log=messages.append
     )
     history = tiny_run.history
@@ -442,22 +461,26 @@ def test_a_branch_shares_the_first_steps_and_ends_as_a_run_from_step_0(
 ):
     """Part 4's eq. 3 run branches off the full recipe's run where its cool-down
     begins: both must end exactly as if each had been trained on its own."""
+    import pipeline as pl
+
     cfg, data = tiny_run.cfg, tiny_run.data
     eq3 = cfg.updated(cooldown=0.0)
     at = schedule.cooldown_start(cfg)
     assert 0 < at < cfg.steps and at % cfg.eval_every  # between two evaluations
-    alone, alone_history = lib.train(eq3, data, tmp_path / "alone", "cpu", log=quiet)
+    alone, alone_history = pl.train(eq3, data, tmp_path / "alone", "cpu", log=quiet)
     src, dst = tmp_path / "src", tmp_path / "dst"
     trained_to = []
 
     def train_src(n):
+        import pipeline as pl
+
         trained_to.append(n)
-        lib.train(cfg, data, src, "cpu", max_steps=n, log=quiet)
+        pl.train(cfg, data, src, "cpu", max_steps=n, log=quiet)
 
     assert resume.share_steps(train_src, src, dst, eq3, at, {"cooldown"}, quiet)
     assert trained_to == [at]
-    full, full_history = lib.train(cfg, data, src, "cpu", log=quiet)
-    branch, branch_history = lib.train(eq3, data, dst, "cpu", log=quiet)
+    full, full_history = pl.train(cfg, data, src, "cpu", log=quiet)
+    branch, branch_history = pl.train(eq3, data, dst, "cpu", log=quiet)
     assert same_weights(full, tiny_run.model) and same_weights(branch, alone)
     assert full_history["val_loss"] == tiny_run.history["val_loss"]
     assert branch_history["val_loss"] == alone_history["val_loss"]
@@ -504,18 +527,22 @@ def test_a_branch_shares_the_first_steps_and_ends_as_a_run_from_step_0(
 def test_a_resume_with_a_changed_setting_is_refused_naming_it(
     lib, stopped_copy, change, named
 ):
+    import pipeline as pl
+
     before = pt_files(stopped_copy)
     cfg = copy_cfg(lib, **change)
     with pytest.raises(ConfigError, match="other settings") as err:
-        lib.train(cfg, lib.copy_task_data(cfg), stopped_copy, "cpu", log=quiet)
+        pl.train(cfg, lib.copy_task_data(cfg), stopped_copy, "cpu", log=quiet)
     assert f"'{named}'" in str(err.value) and str(stopped_copy) in str(err.value)
     assert pt_files(stopped_copy) == before
 
 
 def test_a_resumed_run_must_have_the_same_vocabulary(lib, tiny_run, run_dir):
-    other = lib.prepare_data(tiny_run.cfg.updated(n_train=100))
+    import pipeline as pl
+
+    other = pl.prepare_data(tiny_run.cfg.updated(n_train=100))
     with pytest.raises(ConfigError, match="another vocabulary"):
-        lib.train(tiny_run.cfg, other, run_dir, "cpu", log=quiet)
+        pl.train(tiny_run.cfg, other, run_dir, "cpu", log=quiet)
 
 
 def test_settings_that_change_no_number_may_change_on_resume(lib, tmp_path):
@@ -523,13 +550,15 @@ def test_settings_that_change_no_number_may_change_on_resume(lib, tmp_path):
     word-level run, which never reads it. The resumed run equals one that had the new
     settings from the start, and its snapshots (saved under both configs) are still
     one run's for averaging."""
+    import pipeline as pl
+
     base = copy_cfg(lib, cooldown=0.0, keep=3)
     assert base.vocab == "words"
     more = base.updated(steps=12, decode_tokens=50, bpe_size=base.bpe_size + 1)
     data = lib.copy_task_data(base)
-    lib.train(base, data, tmp_path / "resumed", "cpu", max_steps=5, log=quiet)
-    model, history = lib.train(more, data, tmp_path / "resumed", "cpu", log=quiet)
-    ref, ref_history = lib.train(more, data, tmp_path / "straight", "cpu", log=quiet)
+    pl.train(base, data, tmp_path / "resumed", "cpu", max_steps=5, log=quiet)
+    model, history = pl.train(more, data, tmp_path / "resumed", "cpu", log=quiet)
+    ref, ref_history = pl.train(more, data, tmp_path / "straight", "cpu", log=quiet)
     assert history["val_loss"] == ref_history["val_loss"]
     assert same_weights(model, ref)
     snapshots = [tmp_path / "resumed" / f"step{s:06d}.pt" for s in (4, 8, 12)]
@@ -541,10 +570,12 @@ def test_settings_that_change_no_number_may_change_on_resume(lib, tmp_path):
 def test_max_steps_must_be_beyond_the_steps_done(lib, tmp_path, capsys):
     """One check (atkit.resume.check_max_steps) for the notebook and the program:
     an integer >= 1, beyond the steps done; a refusal changes no file."""
+    import pipeline as pl
+
     cfg = copy_cfg(lib)
     with pytest.raises(ConfigError, match="max_steps"):
         data = lib.copy_task_data(cfg)
-        lib.train(cfg, data, tmp_path / "a", "cpu", max_steps=0, log=quiet)
+        pl.train(cfg, data, tmp_path / "a", "cpu", max_steps=0, log=quiet)
     assert not (tmp_path / "a" / "last.pt").exists()
     run, out = tmp_path / "run", tmp_path / "r.json"
     args = copy_args(run, {"steps": 4, "eval_every": 2, "n_train": 60}, out=out)
@@ -645,6 +676,8 @@ def damage(lib, path, kind):
 def test_a_damaged_last_pt_is_refused_by_name(lib, tiny_run, run_dir, kind):
     """With no prev.pt to fall back on, training refuses the file by name and says
     what is wrong; so does loading it as a model, where that reads the part."""
+    import pipeline as pl
+
     last = run_dir / "last.pt"
     damage(lib, last, kind)
     (run_dir / "prev.pt").unlink()
@@ -652,13 +685,13 @@ def test_a_damaged_last_pt_is_refused_by_name(lib, tiny_run, run_dir, kind):
     with pytest.raises(
         lib.checkpoints.CheckpointError, match=re.escape(str(last))
     ) as e:
-        lib.train(tiny_run.cfg, tiny_run.data, run_dir, "cpu", log=quiet)
+        pl.train(tiny_run.cfg, tiny_run.data, run_dir, "cpu", log=quiet)
     for word in DAMAGE[kind][1]:
         assert word in str(e.value), (word, str(e.value))
     assert pt_files(run_dir) == before
     if kind not in EDITED:  # what a model reads is damaged
         with pytest.raises(lib.checkpoints.CheckpointError, match="last.pt") as e:
-            lib.model_from_checkpoint(last)
+            pl.model_from_checkpoint(last)
         if "format" in kind:
             assert DAMAGE[kind][1][0] in str(e.value)
 
@@ -667,9 +700,11 @@ def test_a_damaged_last_pt_is_refused_by_name(lib, tiny_run, run_dir, kind):
 def test_a_damaged_last_pt_falls_back_to_prev_pt(lib, tiny_run, run_dir, kind):
     """prev.pt (step 16) is one evaluation older: the run resumes from it, says so,
     and ends with exactly the weights of the run that was never damaged."""
+    import pipeline as pl
+
     damage(lib, run_dir / "last.pt", kind)
     said = []
-    model, history = lib.train(
+    model, history = pl.train(
         tiny_run.cfg, tiny_run.data, run_dir, "cpu", log=said.append
     )
     assert any("last.pt" in m and "resuming from prev.pt" in m for m in said), said
@@ -712,16 +747,18 @@ def test_a_damaged_checkpoint_is_named_in_whole_sentences(lib, tmp_path):
 
 
 def test_a_checkpoint_with_extra_or_missing_weights(lib, tiny_run):
+    import pipeline as pl
+
     step = tiny_run.history["steps"][-1]
     ckpt = lib.checkpoints.load_checkpoint(resume.snapshot_path(tiny_run.folder, step))
     extra = {**ckpt, "model": {**ckpt["model"], "surprise": torch.zeros(1)}}
     with pytest.raises(lib.checkpoints.CheckpointError, match="surprise"):
-        lib.model_from_checkpoint(extra)
+        pl.model_from_checkpoint(extra)
     weights = {k: v for k, v in ckpt["model"].items() if "generator" not in k}
     with pytest.raises(lib.checkpoints.CheckpointError, match="generator"):
-        lib.model_from_checkpoint({**ckpt, "model": weights})
+        pl.model_from_checkpoint({**ckpt, "model": weights})
     with pytest.raises(lib.checkpoints.CheckpointError, match="format"):
-        lib.model_from_checkpoint({"model": ckpt["model"]})
+        pl.model_from_checkpoint({"model": ckpt["model"]})
 
 
 # ------------------------------------------------- a snapshot of another run
@@ -731,10 +768,12 @@ def test_a_checkpoint_with_extra_or_missing_weights(lib, tiny_run):
 def twins(lib, tmp_path_factory):
     """Copy-task runs: a and b with the same settings (the same numbers, two runs),
     c with another seed. Each keeps its snapshots of steps 4 and 8."""
+    import pipeline as pl
+
     root = tmp_path_factory.mktemp("twins")
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
         cfg = copy_cfg(lib, seed=seed)
-        lib.train(cfg, lib.copy_task_data(cfg), root / name, "cpu", log=quiet)
+        pl.train(cfg, lib.copy_task_data(cfg), root / name, "cpu", log=quiet)
     return root
 
 
@@ -757,6 +796,8 @@ def test_a_snapshot_of_another_run_is_refused_by_name(lib, twins, tmp_path, use,
     """Another run's snapshot copied in under a step's name is not scored as this
     run's: best_model and averaged_model compare it with the run's history (run
     id, step, validation loss) and name the file."""
+    import pipeline as pl
+
     folder = copy_of(twins / "a", tmp_path / "a")
     history = saved_history(folder)
     assert history["run_id"] != saved_history(twins / "b")["run_id"]
@@ -766,9 +807,9 @@ def test_a_snapshot_of_another_run_is_refused_by_name(lib, twins, tmp_path, use,
     target.write_bytes(resume.snapshot_path(theirs, step).read_bytes())
     with pytest.raises(lib.checkpoints.CheckpointError) as e:
         if use == "best":
-            lib.best_model(folder, history, "cpu")
+            pl.best_model(folder, history, "cpu")
         else:
-            lib.averaged_model(folder, {**history, "best_step": 8}, "cpu", 2)
+            pl.averaged_model(folder, {**history, "best_step": 8}, "cpu", 2)
     assert str(target) in str(e.value) and "not this run's snapshot" in str(e.value)
     assert "run id" in str(e.value)
 
@@ -776,25 +817,29 @@ def test_a_snapshot_of_another_run_is_refused_by_name(lib, twins, tmp_path, use,
 def test_snapshots_without_a_run_id_are_checked_by_their_losses(lib, twins, tmp_path):
     """Files of an older version (no run id anywhere) still load as the run's own;
     another seed's snapshot among them differs in its validation loss."""
+    import pipeline as pl
+
     folder = copy_of(twins / "a", tmp_path / "a")
     for path in folder.glob("*.pt"):
         without_id(path)
     history = saved_history(folder)
     assert "run_id" not in history
-    lib.best_model(folder, history, "cpu")
-    lib.averaged_model(folder, {**history, "best_step": 8}, "cpu", 2)
+    pl.best_model(folder, history, "cpu")
+    pl.averaged_model(folder, {**history, "best_step": 8}, "cpu", 2)
     step = history["best_step"]
     target = resume.snapshot_path(folder, step)
     target.write_bytes(resume.snapshot_path(twins / "c", step).read_bytes())
     without_id(target)
     with pytest.raises(lib.checkpoints.CheckpointError, match="validation loss"):
-        lib.best_model(folder, history, "cpu")
+        pl.best_model(folder, history, "cpu")
 
 
 def test_a_non_finite_loss_stops_training_and_keeps_last_pt(lib, tmp_path, monkeypatch):
+    import pipeline as pl
+
     cfg = copy_cfg(lib, cooldown=0.0)
     data = lib.copy_task_data(cfg)
-    lib.train(cfg, data, tmp_path, "cpu", max_steps=4, log=quiet)
+    pl.train(cfg, data, tmp_path, "cpu", max_steps=4, log=quiet)
     good = (tmp_path / "last.pt").read_bytes()
     original, calls = lib.SimpleLossCompute.__call__, [0]
 
@@ -806,18 +851,18 @@ def test_a_non_finite_loss_stops_training_and_keeps_last_pt(lib, tmp_path, monke
         return loss_sum, loss
 
     monkeypatch.setattr(lib.SimpleLossCompute, "__call__", poisoned)
-    with pytest.raises(lib.resume.NonFiniteLossError, match="step 7;"):
-        lib.train(cfg, data, tmp_path, "cpu", log=quiet)
+    with pytest.raises(pl.run.resume.NonFiniteLossError, match="step 7;"):
+        pl.train(cfg, data, tmp_path, "cpu", log=quiet)
     assert (tmp_path / "last.pt").read_bytes() == good, "last.pt was overwritten"
     assert not (tmp_path / "step000008.pt").exists()
 
 
 def test_non_finite_weights_are_never_saved(lib, tmp_path):
+    import pipeline as pl
+
     cfg = copy_cfg(lib)
     ckpt_dir = lib.checkpoints.prepare_ckpt_dir(tmp_path)
-    run = lib.runner.start_run(
-        cfg, lib.copy_task_data(cfg), ckpt_dir, "cpu", lib.TRAINING
-    )
+    run = pl.run.start_run(cfg, lib.copy_task_data(cfg), ckpt_dir, "cpu")
     with torch.no_grad():
         next(run.model.parameters())[0, 0] = float("inf")
     with pytest.raises(resume.NonFiniteLossError, match="last.pt"):

@@ -103,8 +103,10 @@ def test_a_results_file_of_other_settings_is_not_reused(lib, small_models):
 
 
 def test_settings_a_model_never_reads_do_not_count(lib):
-    words = lib.run_config("ci").to_dict()
-    bpe = lib.run_config("ci", vocab="bpe", tie="all").to_dict()
+    import pipeline as pl
+
+    words = pl.run_config("ci").to_dict()
+    bpe = pl.run_config("ci", vocab="bpe", tie="all").to_dict()
 
     def same(a, b):
         return seeds.same_settings(lib.RunConfig, a, b)
@@ -121,7 +123,9 @@ def test_a_summary_from_before_settings_were_retired_still_applies(lib):
     """runs/seed-spread-cpu.json was written when the model config still had
     P_drop_attn, P_drop_ff and attn_impl; at the values that changed nothing they
     are the same model, at any other value another one."""
-    now = lib.run_config("ci").to_dict()
+    import pipeline as pl
+
+    now = pl.run_config("ci").to_dict()
     old = {**now, "model": {**now["model"], "P_drop_attn": 0.0, "P_drop_ff": 0.0}}
     old["model"]["attn_impl"] = "didactic"
     assert seeds.same_settings(lib.RunConfig, old, now)
@@ -211,6 +215,8 @@ def test_the_summary_is_written_from_each_seeds_results_and_reused(
 ):
     """The tool's bookkeeping with the training faked: where each seed trains, the
     summary it writes, and a second and third call that train nothing again."""
+    import pipeline as pl
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AT_CHECKPOINTS", str(tmp_path / "ckpt"))
     monkeypatch.setattr(seeds, "RUNS", tmp_path / "runs")
@@ -231,8 +237,8 @@ def test_the_summary_is_written_from_each_seeds_results_and_reused(
     part3, full = spread["models"]["part3"], spread["models"]["full recipe"]
     assert part3["bleu_test_2016_flickr"] == seeds.summary([20.0, 21.4])
     assert full["bleu_val"] == seeds.summary([22.0, 23.4])
-    assert part3["config"] == lib.run_config("ci").to_dict()
-    assert full["config"] == lib.run_config("ci", vocab="bpe", tie="all").to_dict()
+    assert part3["config"] == pl.run_config("ci").to_dict()
+    assert full["config"] == pl.run_config("ci", vocab="bpe", tie="all").to_dict()
     out = capsys.readouterr().out
     assert "part3: test_2016 BLEU [20.0, 21.4] (mean 20.7, range 1.4)" in out
     # a results file is a finished run of these settings, this seed and preset only

@@ -86,8 +86,10 @@ corpus = lazy("atkit.data")
     ],
 )
 def test_bad_values_are_rejected_when_the_config_is_made(lib, change, words):
+    import pipeline as pl
+
     with pytest.raises(ConfigError) as err:
-        lib.run_config("ci", **change)
+        pl.run_config("ci", **change)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
 
@@ -105,14 +107,18 @@ def test_bad_values_are_rejected_when_the_config_is_made(lib, change, words):
     ],
 )
 def test_wrong_types_are_type_errors_naming_the_field(lib, change, field):
+    import pipeline as pl
+
     with pytest.raises(TypeError, match=field) as err:
-        lib.run_config("ci", **change)
+        pl.run_config("ci", **change)
     assert isinstance(err.value, ConfigError), "one ConfigError family for all"
     assert type(change[field]).__name__ in str(err.value)
 
 
 def test_a_config_is_frozen_and_changes_by_updated(lib):
-    cfg = lib.run_config("ci", d_model=32, h=2)
+    import pipeline as pl
+
+    cfg = pl.run_config("ci", d_model=32, h=2)
     assert cfg.model.d_model == 32
     with pytest.raises(AttributeError):
         cfg.steps = 5
@@ -126,20 +132,22 @@ def test_every_preset_is_one_whole_record(lib):
     every --preset accept, holding all a preset decides: a record missing a part or
     a setting out of bounds fails here (or when atkit.config loads), not an hour into
     a run. The notebook's PRESETS is that dict."""
+    import pipeline as pl
+
     assert lib.PRESETS is config.PRESETS
     assert config.preset_names() == tuple(config.PRESETS)
     for name, preset in config.PRESETS.items():
         assert isinstance(preset, config.Preset), name
         assert isinstance(preset.recipe, config.RecipeConfig), name
         assert preset.about and isinstance(preset.one_thread, bool), name
-        cfg = lib.run_config(name)
+        cfg = pl.run_config(name)
         assert isinstance(cfg, lib.RunConfig), name
         assert isinstance(cfg.model, lib.ModelConfig), name
         assert config.settings_table(name).startswith(f"preset {name} ("), name
         assert lib.expected_time(name, "part3")
     assert [n for n, p in config.PRESETS.items() if p.publishes] == [config.publisher()]
     with pytest.raises(ConfigError, match="preset"):
-        lib.run_config("tpu")
+        pl.run_config("tpu")
     with pytest.raises(ConfigError, match="RunConfig.steps=0"):
         config.Preset("x", {}, {"steps": 0}, config.RecipeConfig())
     with pytest.raises(ConfigError, match="unknown RunConfig setting"):
@@ -225,8 +233,10 @@ def test_settings_declare_what_a_resume_may_change_and_what_a_run_reads(lib):
     change on resume only without a cool-down; resume_every, compile and
     decode_tokens change no number; a word-level run never reads bpe_size, a BPE run
     never reads min_freq."""
-    words = lib.run_config("ci", cooldown=0.0).to_dict()
-    bpe = lib.run_config("ci", vocab="bpe", tie="all", cooldown=0.3).to_dict()
+    import pipeline as pl
+
+    words = pl.run_config("ci", cooldown=0.0).to_dict()
+    bpe = pl.run_config("ci", vocab="bpe", tie="all", cooldown=0.3).to_dict()
     always = {"resume_every", "compile", "decode_tokens"}
     assert free_on_resume(lib.RunConfig, words) == always | {"steps", "bpe_size"}
     assert free_on_resume(lib.RunConfig, bpe) == always | {"min_freq"}
@@ -237,11 +247,13 @@ def test_settings_declare_what_a_resume_may_change_and_what_a_run_reads(lib):
 def test_the_copy_task_honours_tie_and_refuses_what_it_has_not(lib):
     """The copy task has one vocabulary, so every `tie` is possible and is applied;
     vocab and src_lang have no meaning there and are refused."""
+    import pipeline as pl
+
     counts = {}
     for tie in ("none", "tgt", "all"):
         cfg = copy_cfg(lib, tie=tie)
         data = lib.copy_task_data(cfg)
-        model = lib.TRAINING.build(cfg, len(data.vocab_src), len(data.vocab_tgt), "cpu")
+        model = pl.run.build(cfg, data, "cpu")
         counts[tie] = sum(p.numel() for p in model[0].parameters())
     assert counts["none"] > counts["tgt"] > counts["all"]
     for change in ({"vocab": "bpe"}, {"src_lang": "en"}):
@@ -635,8 +647,10 @@ def test_a_token_budget_below_the_longest_sentence_is_refused(
     lib, tmp_path, monkeypatch, capsys, on_toy_corpus
 ):
     """The budget against the longest pair of the data (here the made-up one)."""
-    cfg = lib.run_config("ci", n_train=100)
-    pairs = lib.prepare_data(cfg).train
+    import pipeline as pl
+
+    cfg = pl.run_config("ci", n_train=100)
+    pairs = pl.prepare_data(cfg).train
     longest = max(max(len(s), len(t) - 1) for s, t in pairs)  # t: decoder in/out
     forbid(lib, monkeypatch, *NO_TRAINING)
     base = ["--ckpt-dir", str(tmp_path / "run"), "--out", str(tmp_path / "r.json")]
@@ -662,7 +676,9 @@ def test_an_unexpected_error_ends_in_one_line(lib, tmp_path, monkeypatch, capsys
     def broken(*args, **kwargs):
         raise ZeroDivisionError("division by zero in a test")
 
-    monkeypatch.setattr(lib, "train", broken)
+    import pipeline
+
+    monkeypatch.setattr(pipeline, "train", broken)
     args = copy_args(tmp_path / "run", {})
     message = refused(args, capsys, status=1)
     assert message.startswith("ZeroDivisionError: division by zero in a test")
@@ -882,16 +898,17 @@ def test_an_earlier_notebooks_retired_model_settings_read_as_todays(lib):
     stays, and rebuilding refuses it."""
     import copy
 
+    import pipeline as pl
     from atkit import checkpoints, settings
 
-    today = lib.run_config("ci").to_dict()
+    today = pl.run_config("ci").to_dict()
     old = copy.deepcopy(today)
     old["model"].update(P_drop_attn=0.0, P_drop_ff=0.0, attn_impl="sdpa")
     state = {"format": checkpoints.CHECKPOINT_FORMAT, "config": old, "model": {}}
     assert checkpoints.check_format(state, "old.pt")["config"] == today
-    assert lib.RunConfig.from_dict(state["config"]) == lib.run_config("ci")
+    assert pl.config_from_dict(state["config"]) == pl.run_config("ci")
     other = copy.deepcopy(today)
     other["model"]["P_drop_attn"] = 0.3  # it did change what the run computed
     assert settings.current_config(other)["model"]["P_drop_attn"] == 0.3
     with pytest.raises((TypeError, ValueError), match="P_drop_attn"):
-        lib.RunConfig.from_dict(other)
+        pl.config_from_dict(other)

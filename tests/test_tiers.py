@@ -28,7 +28,7 @@ def test_the_fast_tier_is_every_test_without_a_marker(request):
 
 
 def test_a_fast_test_that_reads_multi30k_fails_saying_what_to_do(
-    lib, request, tmp_path, monkeypatch
+    pl, request, tmp_path, monkeypatch
 ):
     """This test is in the fast tier: $MULTI30K_DIR names a folder that does not
     exist, and every way to the corpus (the library's, a program's, the real folder
@@ -37,13 +37,13 @@ def test_a_fast_test_that_reads_multi30k_fails_saying_what_to_do(
     assert not any(request.node.get_closest_marker(t) for t in TIERS)
     nowhere = Path(os.environ["MULTI30K_DIR"])
     assert nowhere.name == NO_MULTI30K and not nowhere.exists()
-    cfg = lib.run_config("ci", n_train=20, n_eval=4)
+    cfg = pl.run_config("ci", n_train=20, n_eval=4)
     for read in (
         lambda: corpus.read_split("val"),
         lambda: corpus.read_split("val", MULTI30K),
         lambda: corpus.fetch_multi30k(),
-        lambda: lib.prepare_data(cfg),
-        lambda: lib.prepare_data(cfg, MULTI30K),
+        lambda: pl.prepare_data(cfg),
+        lambda: pl.prepare_data(cfg, MULTI30K),
     ):
         with pytest.raises(pytest.fail.Exception) as err:
             read()

@@ -106,7 +106,9 @@ def exported(lib, run_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(lib, exported):
     """The notebook's PyTorch code on the exported weights: tokens, ids, outputs."""
-    model, cfg, vocab, manifest = lib.load_exported(exported)
+    import pipeline as pl
+
+    model, cfg, vocab, manifest = pl.load_exported(exported)
     root = str(lib.corpus.data_root())
     de, _ = lib.corpus.read_split(SPLIT, root)
     texts = de[:N_GREEDY] + EDGE_TEXTS + fuzz_texts(300)
@@ -553,9 +555,10 @@ def test_conflict_markers_and_appended_text_are_refused_by_every_reader(
 
 def test_the_schema_is_what_the_records_give_now(lib):
     """atkit/page/model_schema.json is what tools/model_schema.py writes from the
-    notebook's SEARCHES now: the beam size's bounds are the record's (1..MAX_BEAM),
-    and the searches are the ones the page implements."""
-    fresh = model_schema.text(lib.SEARCHES)
+    notebook's SEARCHES and ModelConfig now: the beam size's bounds are the
+    record's (1..MAX_BEAM), the searches are the ones the page implements, and the
+    model's lower bounds are those ModelConfig's fields declare."""
+    fresh = model_schema.text(lib.SEARCHES, lib.ModelConfig)
     assert export.SCHEMA.read_text(encoding="utf-8") == fresh, (
         "atkit/page/model_schema.json is stale: python -m tools.model_schema"
     )
@@ -565,6 +568,12 @@ def test_the_schema_is_what_the_records_give_now(lib):
     bounds = beam["beam"]["properties"]["beam_size"]
     assert (bounds["minimum"], bounds["maximum"]) == (1, lib.MAX_BEAM)
     assert beam["beam"]["properties"]["alpha"] == {"type": "number", "minimum": 0.0}
+    sizes = schema["properties"]["manifest"]["properties"]["config"]["properties"]
+    declared = model_schema.field_bounds(lib.ModelConfig)
+    for name in ("N", "d_model", "d_ff", "h"):
+        assert sizes["model"]["properties"][name]["minimum"] == declared[name]["low"]
+    tie = sizes["model"]["properties"]["tie"]["enum"]
+    assert tie == list(declared["tie"]["choices"])
 
 
 def test_a_missing_or_damaged_committed_model_says_git_checkout(monkeypatch):
@@ -633,7 +642,7 @@ def test_export_checks_out_before_the_long_work(lib, run_dir, tmpfs, monkeypatch
     def long_work(*args, **kwargs):
         pytest.fail("averaged the snapshots before checking --out")
 
-    monkeypatch.setattr(lib, "averaged_model", long_work)
+    monkeypatch.setattr("pipeline.averaged_model", long_work)
     read_only = tmpfs("ro", "1m", read_only=True)
     with pytest.raises(PermissionError, match="--out.*cannot be written"):
         export_model.export_run(lib, run_dir, 1, 1.0, read_only, "ci", log=quiet)
@@ -672,6 +681,8 @@ def test_the_manifest_records_the_snapshots_averaged(lib, run_dir, tmp_path):
 
 
 def test_manifest_and_the_notebook_loader(lib, run_dir, exported, reference):
+    import pipeline as pl
+
     man = reference["manifest"]
     assert man["n_avg"] == 2 and len(man["averaged_steps"]) == 2
     assert man["preset"] == "ci" and man["quant"] == "int8"
@@ -685,7 +696,7 @@ def test_manifest_and_the_notebook_loader(lib, run_dir, exported, reference):
         )
     # the loader gives the exported weights: close to the averaged model's
     history = torch.load(run_dir / "last.pt", weights_only=True)["history"]
-    averaged = lib.averaged_model(run_dir, history, "cpu", 2)
+    averaged = pl.averaged_model(run_dir, history, "cpu", 2)
     for name, p in averaged.state_dict().items():
         q = reference["model"].state_dict()[name]
         step = p.abs().amax(dim=-1, keepdim=True) / 127 if p.dim() == 2 else 0
@@ -1055,8 +1066,10 @@ def test_readme_states_the_committed_sizes():
 
 @needs_committed
 def test_committed_page_translates_as_the_notebook(lib, browser, capsys):
+    import pipeline as pl
+
     path = DOCS / "translate" / "de-en.js"
-    model, cfg, vocab, manifest = lib.load_exported(path)
+    model, cfg, vocab, manifest = pl.load_exported(path)
     de, _ = lib.corpus.read_split(SPLIT, str(lib.corpus.data_root()))
     texts = de[:N_GREEDY]
     words = lib.tokenize_all("de", texts)
@@ -1127,6 +1140,8 @@ def small_run(lib, tmp_path_factory):
     """A full-recipe run (shared BPE, tie='all') of two steps on made-up pairs
     (tests/conftest.py, toy_corpus) of up to 40 pieces, its vocabulary the golden
     files' BPE (no sentencepiece training here)."""
+    import pipeline as pl
+
     vocab = lib.SharedBPE(export.read_model(GOLDEN_MODEL).spm_proto)
     with toy_corpus() as root:
         de, en = lib.corpus.read_split("train", str(root))
@@ -1135,7 +1150,7 @@ def small_run(lib, tmp_path_factory):
         for d, e in zip(de[:60], en[:60], strict=True)
     ]
     pairs = [(d, e) for d, e in pairs if max(len(d), len(e)) <= SMALL["max_len"]]
-    cfg = lib.run_config(
+    cfg = pl.run_config(
         "ci",
         vocab="bpe",
         bpe_size=len(vocab),  # what the manifest says: the file's shapes are checked
@@ -1147,7 +1162,7 @@ def small_run(lib, tmp_path_factory):
     )
     data = lib.TranslationData(vocab, vocab, pairs[:-8], pairs[-8:], {}, {}, "de")
     folder = tmp_path_factory.mktemp("small-bpe") / "run"
-    _, history = lib.train(cfg, data, folder, "cpu", log=quiet)
+    _, history = pl.train(cfg, data, folder, "cpu", log=quiet)
     return folder, cfg, history
 
 
@@ -1169,6 +1184,8 @@ def test_an_exported_model_is_loaded_as_the_page_computes_with_it(
     a test sentence (of the made-up corpus), the page beside it; `load_exported`
     gives back the config, the vocabulary and exactly the int8 weights (codes times
     row scales)."""
+    import pipeline as pl
+
     folder, cfg, history = small_run
     said, scored, real = [], [], lib.bleu
 
@@ -1186,10 +1203,10 @@ def test_an_exported_model_is_loaded_as_the_page_computes_with_it(
     )
     monkeypatch.setattr(lib, "bleu", real)
     assert path == tmp_path / "translate" / "de-en.js"
-    model, loaded_cfg, vocab, manifest = lib.load_exported(path)
+    model, loaded_cfg, vocab, manifest = pl.load_exported(path)
     assert loaded_cfg == cfg and not model.training
     assert vocab.itos == lib.SharedBPE(export.read_model(GOLDEN_MODEL).spm_proto).itos
-    best = lib.best_model(folder, history, "cpu").state_dict()
+    best = pl.best_model(folder, history, "cpu").state_dict()
     entries, aliases, blob = export.pack_state(best, "int8")
     stored = export.unpack_state(entries, aliases, bytes(blob))
     for name, value in model.state_dict().items():

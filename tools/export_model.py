@@ -204,9 +204,13 @@ def check_out(out: Path, direction: str, state: dict, quant: str) -> None:
 def run_preset(lib, cfg) -> str | None:
     """The preset whose model shape (N, d_model, d_ff, h) the run trained, when one
     preset's alone has it; None for a shape of no preset's (sizes set by hand)."""
+    import pipeline
+
     shape = lambda m: (m.N, m.d_model, m.d_ff, m.h)  # noqa: E731
     names = config.preset_names()
-    found = [n for n in names if shape(lib.run_config(n).model) == shape(cfg.model)]
+    found = [
+        n for n in names if shape(pipeline.run_config(n).model) == shape(cfg.model)
+    ]
     return found[0] if len(found) == 1 else None
 
 
@@ -252,8 +256,10 @@ def snapshots_to_average(lib, ckpt_dir, history, n_avg, log) -> list[int]:
     """The steps of the snapshots that `--n-avg` averages: the `n_avg` that end at
     the best one, or all up to it if the run has fewer (said); a refusal if the
     run did not keep them."""
-    steps = lib.resume.last_snapshots(history, n_avg)
-    path = lib.resume.snapshot_path
+    from atkit import resume
+
+    steps = resume.last_snapshots(history, n_avg)
+    path = resume.snapshot_path
     kept = 0
     while kept < len(steps) and path(ckpt_dir, steps[-1 - kept]).exists():
         kept += 1
@@ -295,9 +301,11 @@ def export_run(
     page decodes with the beam size of the preset's recipe, and with `alpha`."""
     import torch
 
+    import pipeline
+
     ckpt_dir, out = Path(ckpt_dir), Path(out)
     last = lib.checkpoints.load_checkpoint(ckpt_dir / "last.pt")
-    history, cfg = last["history"], lib.RunConfig.from_dict(last["config"])
+    history, cfg = last["history"], pipeline.config_from_dict(last["config"])
     if cfg.vocab != "bpe" or cfg.model.tie != "all":
         raise UsageError(
             f"{ckpt_dir}: the page needs a shared BPE vocabulary and "
@@ -314,10 +322,10 @@ def export_run(
     check_out(out, direction, last["model"], quant)  # before the long work
     steps = snapshots_to_average(lib, ckpt_dir, history, n_avg, log)
     try:
-        model = lib.averaged_model(ckpt_dir, history, "cpu", len(steps))
+        model = pipeline.averaged_model(ckpt_dir, history, "cpu", len(steps))
     except ValueError as err:  # a snapshot of another run, say
         raise UsageError(f"{ckpt_dir}: {err}") from None
-    vocab = config.vocab_from_state(last["vocab_src"])
+    vocab = pipeline.vocab_from_state(last["vocab_src"])
     entries, aliases, blob = export.pack_state(model.state_dict(), quant)
     exported = lib.build_model(cfg.model, len(vocab), len(vocab))
     exported.load_state_dict(export.unpack_state(entries, aliases, bytes(blob)))
@@ -414,10 +422,9 @@ def main(argv=None) -> int:
     alpha = 0.0 if args.alpha is None else args.alpha
     if args.n_avg < 1 or not math.isfinite(alpha) or alpha < 0:
         ap.error("--n-avg must be >= 1 and --alpha a number >= 0")
-    import nbexport
+    import annotated_transformer_lib as lib
     from atkit import runtime
 
-    lib = nbexport.load()
     lib.torch.set_num_threads(runtime.torch_threads(args.preset or config.publisher()))
     export_run(
         lib,

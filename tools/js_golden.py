@@ -37,6 +37,7 @@ import numpy as np
 
 from atkit import attention_view, searches
 from atkit.files import check_outputs, check_writable, write_text_atomic
+from atkit.settings import with_overrides
 from tools.errors import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +159,7 @@ def seeded_weights(lib, model, seed: int) -> None:
 def post_norm(lib, cfg, state):
     """The same weights in the post-norm Transformer (no final LayerNorms)."""
     size = state["generator.proj.weight"].shape[0]
-    post = lib.with_overrides(cfg.model, "model", norm="post")
+    post = with_overrides(cfg.model, "model", norm="post")
     model = lib.build_model(post, size, size)
     model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict()})
     return model.eval()
@@ -204,7 +205,9 @@ def search(lib, model, src, limit, beam=None):
 
 def cases(lib, model_path: Path) -> dict:
     """What the notebook's code gives for the golden inputs (see the docstring)."""
-    model, cfg, vocab, manifest = lib.load_exported(model_path)
+    import pipeline
+
+    model, cfg, vocab, manifest = pipeline.load_exported(model_path)
     models = {"pre": model, "post": post_norm(lib, cfg, model.state_dict())}
     de, _ = lib.corpus.read_split("test_2016_flickr", str(lib.corpus.data_root()))
     texts = EDGE_TEXTS + de[:8] + fuzz_texts(40, SEED)
@@ -383,7 +386,9 @@ def model_file(lib) -> str:
         for s in lib.tokenized("train", lang, BPE_SENTENCES, root)
     ]
     vocab = lib.train_shared_bpe(sentences, BPE_SIZE)
-    cfg = lib.run_config("ci", vocab="bpe", tie="all", bpe_size=BPE_SIZE, **MODEL)
+    from pipeline import run_config
+
+    cfg = run_config("ci", vocab="bpe", tie="all", bpe_size=BPE_SIZE, **MODEL)
     model = lib.build_model(cfg.model, len(vocab), len(vocab))
     seeded_weights(lib, model, SEED)
     manifest = {
@@ -419,7 +424,7 @@ def model_file(lib) -> str:
 
 def golden(lib) -> dict[str, str]:
     """{file name: text} of the golden files. The cases are computed from the model
-    file as the notebook loads it (`load_exported`)."""
+    file as the pipeline loads it (`pipeline.load_exported`)."""
     import tempfile
 
     text = model_file(lib)
@@ -471,12 +476,11 @@ def main(argv=None) -> int:
         "--check", action="store_true", help="exit 1 if a file in --out differs"
     )
     args = ap.parse_args(argv)
-    import nbexport
-
     if not args.check:  # before the work: a folder, whose files are no inputs
         check_writable(args.out, "--out")
         check_outputs([("--out", args.out / n) for n in NAMES], sources())
-    lib = nbexport.load()
+    import annotated_transformer_lib as lib
+
     lib.torch.set_num_threads(1)
     files = golden(lib)
     if args.check:

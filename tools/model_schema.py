@@ -14,8 +14,9 @@ rules and the detokenizer. Two parts come from elsewhere:
   them: the page and tools.export_model read it from the schema), each option with
   the type of its default and the bounds of the notebook's record in `SEARCHES`
   (atkit/searches.py's Option);
-- the model's sizes: the lower bounds of atkit/settings.py's MODEL_BOUNDS, and upper
-  bounds of the page's own (PAGE_LIMITS: a browser tab computes with the model).
+- the model's sizes: the lower bounds that the notebook's ModelConfig declares on its
+  fields (`setting(...)`, atkit/settings.py), and upper bounds of the page's own
+  (PAGE_LIMITS: a browser tab computes with the model).
 
 Two formats are the project's own: `js-regex`, a pattern that compiles as a
 JavaScript RegExp with the `u` flag and keeps to what atkit/export.py's `js_regex`
@@ -128,9 +129,17 @@ def searches_schema(searches: dict) -> dict:
     return {**obj(props, required=[]), "minProperties": 1}
 
 
+def field_bounds(config_cls) -> dict:
+    """{field name: the bounds it declares with `setting(...)`} of a dataclass."""
+    from dataclasses import fields
+
+    return {f.name: dict(f.metadata.get("check", {})) for f in fields(config_cls)}
+
+
 def model_schema(bounds: dict) -> dict:
-    """config.model: the sizes the page reads, the lower bounds of MODEL_BOUNDS and
-    the page's upper ones; the other fields as RunConfig checks them on reading."""
+    """config.model: the sizes the page reads, the lower bounds that ModelConfig's
+    fields declare (`bounds`: see field_bounds) and the page's upper ones; the other
+    fields as RunConfig checks them on reading."""
     sizes = {
         k: integer(bounds[k].get("low", 1), PAGE_LIMITS[k])
         for k in ("N", "d_model", "d_ff", "h", "max_len")
@@ -146,9 +155,10 @@ def model_schema(bounds: dict) -> dict:
     )
 
 
-def schema(searches: dict) -> dict:
-    """The schema (see the module docstring) for the notebook's SEARCHES."""
-    from atkit import export, settings
+def schema(searches: dict, model_config) -> dict:
+    """The schema (see the module docstring) for the notebook's SEARCHES and its
+    ModelConfig (the class)."""
+    from atkit import export
 
     limit = PAGE_LIMITS["bytes"]
     steps = integer(0)
@@ -167,7 +177,7 @@ def schema(searches: dict) -> dict:
             "quant": {"enum": list(export.QUANTS)},
             "config": obj(
                 {
-                    "model": model_schema(settings.MODEL_BOUNDS),
+                    "model": model_schema(field_bounds(model_config)),
                     "vocab": {"const": "bpe"},
                     "bpe_size": integer(5, PAGE_LIMITS["bpe_size"]),
                     "src_lang": string(10, pattern="^[a-z]{2,3}" + END),
@@ -273,8 +283,9 @@ def schema(searches: dict) -> dict:
     }
 
 
-def text(searches: dict) -> str:
-    return json.dumps(schema(searches), indent=1, ensure_ascii=True) + "\n"
+def text(searches: dict, model_config) -> str:
+    out = schema(searches, model_config)
+    return json.dumps(out, indent=1, ensure_ascii=True) + "\n"
 
 
 def main(argv=None) -> int:
@@ -283,10 +294,10 @@ def main(argv=None) -> int:
         "--check", action="store_true", help="exit 1 if the committed file differs"
     )
     args = ap.parse_args(argv)
-    import nbexport
+    import annotated_transformer_lib as book
     from atkit.files import write_text_atomic
 
-    fresh = text(nbexport.load().SEARCHES)
+    fresh = text(book.SEARCHES, book.ModelConfig)
     if args.check:
         if not SCHEMA.is_file() or SCHEMA.read_text(encoding="utf-8") != fresh:
             print(f"{SCHEMA} is stale: run `{PROG}`", file=sys.stderr)

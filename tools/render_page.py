@@ -109,6 +109,7 @@ KATEX_DIR = ROOT / "build" / "node_modules" / "katex"
 PAGES = {
     "annotated_transformer.ipynb": "index.html",
     "exercises.ipynb": "exercises.html",
+    "since_2017.ipynb": "since_2017.html",
 }
 # The links under the title of each page: (class, href, text).
 PAPER_URL = "https://arxiv.org/abs/1706.03762"
@@ -121,6 +122,10 @@ PAGE_LEADS = {
     "exercises.ipynb": [
         ("lead-post", "index.html", "The post"),
         ("lead-try", "translate.html", "Try the trained model"),
+        ("lead-paper", PAPER_URL, "The paper (arXiv)"),
+    ],
+    "since_2017.ipynb": [
+        ("lead-post", "index.html", "The post"),
         ("lead-paper", PAPER_URL, "The paper (arXiv)"),
     ],
 }

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from atkit import config, runtime
+from atkit.config import RunConfig
 from atkit.files import check_outputs, writable_folder, write_text_atomic
 from atkit.records import MalformedFileError, read_json
 from atkit.seeds import SCORES, read_spread, same_settings, spread_path, summary
@@ -70,7 +71,7 @@ def cpu_name() -> str:
 def wanted_config(preset: str, seed: int, sets: list[str]) -> dict:
     """The RunConfig dict that the preset with these --set changes gives."""
     changes = dict(train.parse_setting(text) for text in sets[1::2])
-    return train.library().run_config(preset, seed=seed, **changes).to_dict()
+    return train.pipeline().run_config(preset, seed=seed, **changes).to_dict()
 
 
 def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
@@ -86,7 +87,7 @@ def finished(res: Path, preset: str, seed: int, sets: list[str]) -> dict | None:
     ok = (
         done.get("preset") == preset
         and config.get("seed") == seed
-        and same_settings(train.library().RunConfig, config, wanted)
+        and same_settings(RunConfig, config, wanted)
     )
     return done if ok and steps[-1] == wanted["steps"] else None
 
@@ -100,8 +101,7 @@ def measured(old: dict | None, where: dict, seeds: list[int], sets: list[str], n
     if not entry or not same_place or entry.get("seeds") != seeds:
         return None
     wanted = wanted_config(where["preset"], 0, sets)
-    cls = train.library().RunConfig
-    return entry if same_settings(cls, entry["config"], wanted) else None
+    return entry if same_settings(RunConfig, entry["config"], wanted) else None
 
 
 def run_paths(root: Path, preset: str, folder: str, seed: int) -> tuple[Path, Path]:

@@ -37,8 +37,7 @@ if name.startswith("tools."):
 elif name == "torch":
     import torch
 else:
-    import nbexport
-    nbexport.load()
+    import annotated_transformer_lib
 seconds = time.perf_counter() - start
 print(seconds, *[m for m in {heavy!r} if m in sys.modules])
 """

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 from tools import errors
@@ -37,15 +38,19 @@ TIMEOUT_S = 1800  # the longest a probe may take (--epoch: minutes)
 def _train_time(lib, cpu, threads, gen, steps=6):
     torch = lib.torch
     torch.set_num_threads(threads)
-    model, opt, sched, loss, precision = lib.TRAINING.build(cpu, 5000, 5000, "cpu")
+    from pipeline import run
+
+    sizes = types.SimpleNamespace(vocab_src=range(5000), vocab_tgt=range(5000))
+    model, opt, sched, loss, precision = run.build(cpu, sizes, "cpu")
+    model, loss, opt = run.step_parts(model, loss, opt, precision)  # as a run steps
     B, T = 160, 25  # about 4000 label tokens, like a cpu-preset batch
     src = torch.randint(4, 5000, (B, T), generator=gen)
     tgt = torch.randint(4, 5000, (B, T + 1), generator=gen)
     batch = lib.Batch(src, tgt, pad=lib.PAD)
-    lib.runner.train_step(model, batch, loss, opt, sched, precision=precision)
+    lib.train_step(model, batch, loss, opt, sched)
     start = time.perf_counter()
     for _ in range(steps):
-        lib.runner.train_step(model, batch, loss, opt, sched, precision=precision)
+        lib.train_step(model, batch, loss, opt, sched)
     return (time.perf_counter() - start) / steps
 
 
@@ -64,12 +69,12 @@ def _decode_time(lib, threads, model, vocab, B, S, max_len, stepper, gen):
 
 def probe_threads() -> None:
     """Decode and train-step timings at 1 and 2 threads (run inside the kernel)."""
-    import nbexport
+    import annotated_transformer_lib as lib
+    import pipeline
 
-    lib = nbexport.load()
     torch = lib.torch
     torch.manual_seed(0)
-    cpu = lib.run_config("cpu")
+    cpu = pipeline.run_config("cpu")
     gen = torch.Generator().manual_seed(0)
     tiny = lib.make_model(100, 100, "tiny")
     small = lib.build_model(cpu.model, 5000, 5000)
@@ -89,18 +94,19 @@ def probe_threads() -> None:
 
 def probe_epoch(steps: int = 120) -> None:
     """`steps` steps of Part 3's cpu-preset training (run inside the kernel)."""
-    import nbexport
+    import annotated_transformer_lib as lib
+    import pipeline
     from atkit import data as corpus
     from atkit import runtime
 
-    lib = nbexport.load()
     torch = lib.torch
     torch.set_num_threads(runtime.torch_threads("cpu"))
-    cfg = lib.run_config("cpu", steps=steps, eval_every=steps)
-    data = lib.prepare_data(cfg, corpus.fetch_multi30k())
+    cfg = pipeline.run_config("cpu", steps=steps, eval_every=steps)
+    data = pipeline.prepare_data(cfg, corpus.fetch_multi30k())
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        _, history = lib.train(cfg, data, tmp, torch.device("cpu"), log=lambda *a: 0)
+        log = lambda *a: 0  # noqa: E731
+        _, history = pipeline.train(cfg, data, tmp, torch.device("cpu"), log=log)
         seconds = time.perf_counter() - start
     print(
         f"{steps} cpu-preset steps of Part 3 at {torch.get_num_threads()} thread(s): "

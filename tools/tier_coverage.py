@@ -1,14 +1,14 @@
 """Which functions the fast tests never run: `make test-fast` under coverage.py, then
-every function and method of the notebook's library, of atkit/, tools/, nbexport.py
-and exercise_checks.py that no fast test entered, by module.
+every function and method of the notebook's library (annotated_transformer_lib.py),
+of atkit/, pipeline/, tools/, nbexport.py and exercise_checks.py that no fast test
+entered, by module.
 
     python -m tools.tier_coverage                  # the fast tier (make test-fast)
     python -m tools.tier_coverage --tier training  # or any marker expression
 
 A function that no test of the tier runs is one whose change that tier cannot see;
-the list says where the inner loop is blind. The notebook's library is compiled under
-the notebook's own name (nbexport.py), with every line on its .md line, so its
-functions are read from the generated module and looked up under that name.
+the list says where the inner loop is blind. The notebook's library keeps every line
+on its .md line (nbexport.py), so a line named here is the notebook's line too.
 """
 
 from __future__ import annotations
@@ -44,12 +44,10 @@ FAST = f"not ({' or '.join(tiers())})"  # make test-fast: the tests with none of
 
 def sources() -> dict[str, Path]:
     """{the file name coverage records: the Python source to read functions from}."""
-    import nbexport
-
-    out = {str(nbexport.NOTEBOOK): nbexport.export()}
-    for path in [ROOT / "nbexport.py", ROOT / "exercise_checks.py"]:
-        out[str(path)] = path
-    for folder in ("atkit", "atkit/page", "tools"):
+    out = {}
+    for name in ("annotated_transformer_lib.py", "nbexport.py", "exercise_checks.py"):
+        out[str(ROOT / name)] = ROOT / name
+    for folder in ("atkit", "atkit/page", "pipeline", "tools"):
         for path in sorted((ROOT / folder).glob("*.py")):
             out[str(path)] = path
     return out

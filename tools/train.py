@@ -10,16 +10,18 @@ It trains a task (`multi30k`, or Part 5's `copy` task) in a preset with any sett
 changed by `--set key=value`, resumes an interrupted run, scores a Multi30k model with
 sacreBLEU (the search named by `--search`, from the notebook's SEARCHES, its options
 from `--search-set` checked against the search's record), and writes its
-figures to a JSON file. The code it runs is the notebook's, imported from the module
-that nbexport.py generates, so this trains exactly what the notebook trains.
+figures to a JSON file. The code it runs is the notebook's (the module
+`annotated_transformer_lib` that nbexport.py generates from it), trained by the
+pipeline's resumable run, so this trains exactly what the notebook trains.
 
 Layers: this program parses the command line, checks what only it knows (the results
-file, the device, torchrun's variables) before any work, and reports; the notebook's
-`train` checks the checkpoint folder, honours `--fresh` (deleting only the run's own
-checkpoint files) and holds the folder's lock. Any error ends in one `error:` line
-(tools/errors.py). The results of a finished run are never lost: if `--out` cannot be
-written, or holds the results of another run (their `ckpt_dir` says whose they are),
-they go beside the checkpoints, or to standard output, and the message says where.
+file, the device, torchrun's variables) before any work, and reports;
+`pipeline.train` checks the checkpoint folder, honours `--fresh` (deleting only the
+run's own checkpoint files) and holds the folder's lock. Any error ends in one
+`error:` line (tools/errors.py). The results of a finished run are never lost: if
+`--out` cannot be written, or holds the results of another run (their `ckpt_dir` says
+whose they are), they go beside the checkpoints, or to standard output, and the
+message says where.
 """
 
 from __future__ import annotations
@@ -50,10 +52,18 @@ RUN_FOLDER_EXTRA = (".lock", ".write-test.*.tmp")
 
 
 def library():
-    """The notebook's code, as the module nbexport.py generates from it."""
-    import nbexport
+    """The notebook's code, the module nbexport.py generates from it (imported
+    here, not at the top: --help answers without loading torch)."""
+    import annotated_transformer_lib
 
-    return nbexport.load()
+    return annotated_transformer_lib
+
+
+def pipeline():
+    """The pipeline that runs the notebook's code (imported when needed)."""
+    import pipeline
+
+    return pipeline
 
 
 # ------------------------------------------------------------------ parsing
@@ -95,7 +105,7 @@ def config_from_args(lib, preset, changes):
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         raise UsageError(f"--set {twice} given more than once")
-    return lib.run_config(preset, **dict(changes))
+    return pipeline().run_config(preset, **dict(changes))
 
 
 def user_path(text: str) -> Path:
@@ -315,9 +325,10 @@ def train_cli(argv=None) -> int:
     )
     is_main = world is None or world.is_main
     log = (lambda m: print(m, flush=True)) if is_main else (lambda m: None)
-    data = lib.copy_task_data(cfg) if args.task == "copy" else lib.prepare_data(cfg)
+    pl = pipeline()
+    data = lib.copy_task_data(cfg) if args.task == "copy" else pl.prepare_data(cfg)
     check_model_size(lib, cfg.model, len(data.vocab_src), len(data.vocab_tgt), device)
-    model, history = lib.train(
+    model, history = pl.train(
         cfg,
         data,
         args.ckpt_dir,
@@ -369,7 +380,7 @@ def run_results(lib, args, preset, cfg, data, model, history, device) -> dict:
 
 def scores(lib, ckpt_dir, history, data, cfg, search, device) -> dict:
     """sacreBLEU of the best snapshot on each evaluation split, with `search`."""
-    best = lib.best_model(ckpt_dir, history, device)
+    best = pipeline().best_model(ckpt_dir, history, device)
     out = {"search": searches.search_name(search, lib.SEARCHES)}
     for split in lib.EVAL_SPLITS:
         r = lib.bleu(best, data, split, search=search, decode_tokens=cfg.decode_tokens)

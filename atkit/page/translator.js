@@ -581,7 +581,7 @@
     return s * (1 + m / 1024) * 2 ** (e - 15);
   }
 
-  // The float32 weights the notebook's load_exported gives PyTorch.
+  // The float32 weights pipeline.load_exported gives PyTorch.
   function unpackWeights(entries, aliases, blob) {
     const buf = blob.buffer, base = blob.byteOffset, W = {};
     for (const e of entries) {

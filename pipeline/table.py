@@ -25,7 +25,8 @@ alpha, the final system) decodes or reads test_2016 (tests/test_recipe.py holds
 them to it); test_2016 is decoded only by `score_table` and `averaging_analysis`,
 after every choice is made.
 
-atkit never imports the notebook: its functions come in as `Notebook`.
+The notebook's functions are the book's, imported by name: `pipeline.train` and the
+snapshots it keeps, the book's `bleu`, `greedy_decode`, `make_search` and `rate`.
 """
 
 from __future__ import annotations
@@ -33,26 +34,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import annotated_transformer_lib as book
 from atkit import config, fast, resume, schedule, scoring, seeds
 from atkit.resume import NonFiniteLossError
 from atkit.settings import ConfigError
-
-
-@dataclass(frozen=True)
-class Notebook:
-    """What the table takes from the notebook."""
-
-    train: Callable  # (cfg, data, folder, device, log=, max_steps=) -> (model, history)
-    average: Callable  # (folder, history, device, n) -> the average of n snapshots
-    best: Callable  # (folder, history, device) -> the best snapshot's model
-    bleu: Callable  # (model, data, split, search, decode_tokens) -> dict of scores
-    greedy: Callable  # the greedy search
-    search: Callable  # make_search: ("beam", beam_size=, alpha=) -> a search
-    rate: Callable  # (step, d_model, factor, warmup, total, cooldown) -> its rate
+from pipeline.run import averaged_model, best_model, train
 
 
 @dataclass
@@ -74,7 +63,7 @@ def eq3(name: str) -> str:
     return f"{name}-eq3"
 
 
-def branch_step(cfg, recipe, nb: Notebook) -> int:
+def branch_step(cfg, recipe) -> int:
     """The step where a run's eq. 3 branch begins: the last `recipe.eq3_branch` of
     its steps. Up to there the run's own rate must be eq. 3's, so the branch may not
     be shorter than the cool-down."""
@@ -105,28 +94,29 @@ def recipe_runs(bpe_cfg, bpe_data, en_de_cfg, en_de, recipe) -> dict:
     return runs
 
 
-def train_or_report(cfg, data, ckpt_dir, device, nb: Notebook, log=print) -> Trained:
+def train_or_report(cfg, data, ckpt_dir, device, log=print) -> Trained:
     """train(), with a run that diverges reported instead of raised."""
     try:
-        return Trained(cfg, data, nb.train(cfg, data, ckpt_dir, device, log=log)[1])
+        return Trained(cfg, data, train(cfg, data, ckpt_dir, device, log=log)[1])
     except NonFiniteLossError as err:
         log(f"diverged: {err}")
         where = f"loss not finite at step {err.step}" if err.step else str(err)
         return Trained(cfg, data, diverged=where)
 
 
-def train_recipe(runs: dict, root: Path, device, nb: Notebook, recipe, log=print):
+def train_recipe(runs: dict, root: Path, device, recipe, part3=None, log=print):
     """Train or load every run; an eq. 3 branch starts from its run's saved state
-    where the branch begins. Returns folder -> Trained."""
-    out = {}
+    where the branch begins. Returns folder -> Trained, Part 3's run first where
+    `part3` gives it (config, data, history) as the table's row 1."""
+    out = {} if part3 is None else {"part3": Trained(*part3)}
     for name, (c, d) in runs.items():
         log(f"{name}:")
         branch = runs.get(eq3(name))
         if branch is not None:
-            at = branch_step(c, recipe, nb)
+            at = branch_step(c, recipe)
 
             def up_to(n, c=c, d=d, folder=root / name):
-                return nb.train(c, d, folder, device, max_steps=n, log=log)
+                return train(c, d, folder, device, max_steps=n, log=log)
 
             with contextlib.suppress(NonFiniteLossError):  # the run says so below
                 branched = resume.share_steps(
@@ -140,19 +130,21 @@ def train_recipe(runs: dict, root: Path, device, nb: Notebook, recipe, log=print
                 )
                 if branched:  # the run goes on past the branch: its own label
                     log(f"{name}, after step {at}:")
-        out[name] = train_or_report(c, d, root / name, device, nb, log)
+        out[name] = train_or_report(c, d, root / name, device, log)
     return out
 
 
-def choose_n_avg(ckpt_dir, trained: Trained, n_max, device, nb: Notebook):
+def choose_n_avg(ckpt_dir, trained: Trained, n_max, device):
     """(n, sweep of (n, steps, val BLEU, ratio)): how many snapshots that end at the
     best one to average, on val with greedy decoding."""
     h = trained.history
     n_max = min(n_max, h["steps"].index(h["best_step"]) + 1)
     sweep = []
     for n in range(1, n_max + 1):
-        m = nb.average(ckpt_dir, h, device, n)
-        r = nb.bleu(m, trained.data, "val", nb.greedy, trained.cfg.decode_tokens)
+        m = averaged_model(ckpt_dir, h, device, n)
+        r = book.bleu(
+            m, trained.data, "val", book.greedy_decode, trained.cfg.decode_tokens
+        )
         sweep.append((n, resume.last_snapshots(h, n), r["bleu"], r["ratio"]))
     return max(sweep, key=lambda row: row[2])[0], sweep
 
@@ -169,14 +161,14 @@ def beam_bleu(candidate: dict) -> float:
     return next(row[1] for row in candidate["alpha_sweep"] if row[0] == a)
 
 
-def choose_alpha(model, trained: Trained, recipe, nb: Notebook):
+def choose_alpha(model, trained: Trained, recipe):
     """(best alpha, sweep of (alpha, val BLEU, ratio), whether the cap stopped it):
     the tried alphas, then larger ones while the best is the largest tried."""
     tried = {}
 
     def score(a):
-        search = nb.search("beam", beam_size=recipe.beam_size, alpha=a)
-        r = nb.bleu(model, trained.data, "val", search, trained.cfg.decode_tokens)
+        search = book.make_search("beam", beam_size=recipe.beam_size, alpha=a)
+        r = book.bleu(model, trained.data, "val", search, trained.cfg.decode_tokens)
         tried[a] = (r["bleu"], r["ratio"])
 
     for a in recipe.alphas:
@@ -188,7 +180,7 @@ def choose_alpha(model, trained: Trained, recipe, nb: Notebook):
     return best, [(a, *tried[a]) for a in sorted(tried)], best == max(tried)
 
 
-def final_systems(trained, recipe, root, device, nb: Notebook) -> dict:
+def final_systems(trained, recipe, root, device) -> dict:
     """Per direction whose run trained: the weights (the cool-down run's or its eq. 3
     branch's, each averaged as well as greedy val BLEU allows) that score best on val
     with beam search at their own best alpha, and that search."""
@@ -201,9 +193,9 @@ def final_systems(trained, recipe, root, device, nb: Notebook) -> dict:
             if run not in trained or trained[run].diverged:
                 continue
             t = trained[run]
-            n, sweep = choose_n_avg(root / run, t, recipe.n_avg, device, nb)
-            weights = nb.average(root / run, t.history, device, n)
-            alpha, alpha_sweep, capped = choose_alpha(weights, t, recipe, nb)
+            n, sweep = choose_n_avg(root / run, t, recipe.n_avg, device)
+            weights = averaged_model(root / run, t.history, device, n)
+            alpha, alpha_sweep, capped = choose_alpha(weights, t, recipe)
             candidates[run] = dict(
                 n_avg=n,
                 sweep=sweep,
@@ -228,7 +220,9 @@ def final_systems(trained, recipe, root, device, nb: Notebook) -> dict:
             alpha_sweep=c["alpha_sweep"],
             capped=c["capped"],
             alpha_cap=recipe.alpha_cap,
-            search=nb.search("beam", beam_size=recipe.beam_size, alpha=c["alpha"]),
+            search=book.make_search(
+                "beam", beam_size=recipe.beam_size, alpha=c["alpha"]
+            ),
         )
     return finals
 
@@ -373,23 +367,27 @@ def averaged(weights, run, direction, finals) -> int | None:
     return own_n(final, run) if weights == "average" else final["n_avg"]
 
 
-def row_weights(weights, run, direction, trained, finals, recipe, root, device, nb):
+def row_weights(weights, run, direction, trained, finals, recipe, root, device):
     """(model, search) of a row's weights (see `table_rows`)."""
     t = trained[run]
     if weights == "best":
-        return nb.best(root / run, t.history, device), nb.greedy
+        return best_model(root / run, t.history, device), book.greedy_decode
     final = finals[direction]
     if weights == "average" and final["branch"]:  # the cool-down run's own average
         n = own_n(final, run)
-        return nb.average(root / run, t.history, device, n), nb.greedy
+        return averaged_model(root / run, t.history, device, n), book.greedy_decode
     if weights == "paper":
         size = recipe.beam_size
-        return final["weights"], nb.search("beam", beam_size=size, alpha=PAPER_ALPHA)
-    return final["weights"], final["search"] if weights == "beam" else nb.greedy
+        return final["weights"], book.make_search(
+            "beam", beam_size=size, alpha=PAPER_ALPHA
+        )
+    return final["weights"], final[
+        "search"
+    ] if weights == "beam" else book.greedy_decode
 
 
 def score_table(
-    trained, finals, recipe, noise, root, device, preset, nb, spread=None
+    trained, finals, recipe, noise, root, device, preset, spread=None
 ) -> dict:
     """Every row of the table scored on test_2016: the record atkit.report reads.
     Each row's gain over the row it is compared with gets its 95 % interval by
@@ -409,7 +407,7 @@ def score_table(
             label=label,
             dir=direction,
             warmup=t.cfg.warmup,
-            peak=schedule.reached_peak(t.cfg, nb.rate),
+            peak=schedule.reached_peak(t.cfg, book.rate),
             vs=ref["no"] if ref else None,
             trained=vs is not None and runs[vs] != run,
             change=differs,
@@ -424,8 +422,8 @@ def score_table(
         if not t.diverged:
             start = time.perf_counter()
             args = (weights, run, direction, trained, finals, recipe, root, device)
-            model, search = row_weights(*args, nb)
-            r = nb.bleu(model, t.data, split, search, t.cfg.decode_tokens)
+            model, search = row_weights(*args)
+            r = book.bleu(model, t.data, split, search, t.cfg.decode_tokens)
             row.update(bleu=r["bleu"], ratio=r["ratio"], unk=r["unk"])
             row["seconds"] = time.perf_counter() - start
             if "hyps" in r:
@@ -479,7 +477,7 @@ def seed_scores(spread) -> dict | None:
     }
 
 
-def averaging_analysis(trained, finals, recipe, root, device, nb) -> dict | None:
+def averaging_analysis(trained, finals, recipe, root, device) -> dict | None:
     """Eq. 3 alone and the cool-down, de-en: the best snapshot and the average (n
     chosen on val), greedy, on test and val; None if a run diverged."""
     name = DIRECTIONS["de-en"]
@@ -489,17 +487,17 @@ def averaging_analysis(trained, finals, recipe, root, device, nb) -> dict | None
         for run in runs.values()
     ):
         return None
-    out = {"shared": branch_step(trained[name].cfg, recipe, nb)}
+    out = {"shared": branch_step(trained[name].cfg, recipe)}
     for label, run in runs.items():
         t, tokens = trained[run], trained[run].cfg.decode_tokens
         c = finals["de-en"]["candidates"][run]
         n, val = c["n_avg"], {row[0]: row[2] for row in c["sweep"]}
         test = {
-            k: nb.bleu(
-                nb.average(root / run, t.history, device, k),
+            k: book.bleu(
+                averaged_model(root / run, t.history, device, k),
                 t.data,
                 "test_2016_flickr",
-                nb.greedy,
+                book.greedy_decode,
                 tokens,
             )["bleu"]
             for k in sorted({1, n})
@@ -512,14 +510,14 @@ def averaging_analysis(trained, finals, recipe, root, device, nb) -> dict | None
             val_one=val[1],
             val_avg=val[n],
             steps=steps,
-            rates=schedule.rates_at(t.cfg, nb.rate, steps),
-            end_rate=schedule.end_rate(t.cfg, nb.rate),
-            peak=schedule.reached_peak(t.cfg, nb.rate),
+            rates=schedule.rates_at(t.cfg, book.rate, steps),
+            end_rate=schedule.end_rate(t.cfg, book.rate),
+            peak=schedule.reached_peak(t.cfg, book.rate),
         )
     return out
 
 
-def seed_noise(preset, cfgs: dict, device, nb: Notebook):
+def seed_noise(preset, cfgs: dict, device):
     """The committed seed spread of `cfgs` (name -> RunConfig) and the larger of
     their ranges of test BLEU; ({"why_not": ...}, None) when it does not apply."""
     precision = fast.choose_precision(device, cfgs["full recipe"].precision).name
