@@ -42,7 +42,7 @@ The record (a dict):
 
 from __future__ import annotations
 
-from atkit import scoring
+from atkit import prose, scoring
 
 
 def signed(x: float, digits: int = 2) -> str:
@@ -102,8 +102,8 @@ def _alpha_of(c: dict) -> dict:
 
 def spread(summary: dict, noise: float | None) -> list[str]:
     """The committed seed spread, or why it does not apply to this run."""
-    if "why_not" in summary:
-        return [f"seed spread: {summary['why_not']}"]
+    if "why_not" in summary:  # a sentence: wrapped to the page's width
+        return prose.wrap(f"seed spread: {summary['why_not']}").split("\n")
     out = [
         f"{summary['command']} ({summary['machine']}, {summary['precision']}, torch "
         f"{summary['torch']}):"

@@ -51,6 +51,9 @@ os.environ.setdefault(
 # Multi30k's folder: the tests reach it through the `multi30k` fixture, which puts them
 # in the `data` tier; the Colab-style run's kernel is told it here.
 MULTI30K = Path(os.environ["MULTI30K_DIR"])
+# Other runs' executed notebooks, which tests read (tests/test_claims.py): data, not
+# notebooks for nbval to execute (`make test` hands it tests/ and the exercises).
+collect_ignore = ["fixtures"]
 
 
 COLLECTION_PROBES = ("_mock_name", "__test__", "__wrapped__", "__code__")

@@ -430,7 +430,7 @@ def test_dark_mode_toggle_copy_and_print(browser):
         assert page.evaluate(background) == "rgb(255, 255, 255)"
         page.reload(wait_until="load")
         assert page.evaluate(background) == "rgb(255, 255, 255)", "not remembered"
-        cell = page.locator(".input .highlight").first
+        cell = page.locator(".input .highlight:visible").first  # not in a folded dive
         cell.hover()
         cell.locator(".copy-button").click()
         code = cell.locator("pre").text_content().rstrip("\n")

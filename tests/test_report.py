@@ -2,9 +2,13 @@
 the cases a real run may hit (a diverged run, a gain exactly the seed range, no average
 that helped, no seed spread)."""
 
+from pathlib import Path
+
 import pytest
 
-from atkit import report
+from atkit import prose, report
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def row(no, key, label, direction, bleu, ratio, vs=None, trained=False, **kw):
@@ -120,6 +124,25 @@ def test_no_spread_marks_nothing_and_says_so(summary):
     summary["noise"] = None
     lines = report.table(summary)
     assert not any("*" in ln for ln in lines)
+
+
+def test_why_no_spread_applies_is_wrapped_to_the_page(tmp_path, monkeypatch):
+    """A run in another precision than the committed spread's is told why, in lines
+    that fit the page's output box (the committed bfloat16 run printed one line of
+    190 characters, which wrapped on the page at 1280 px)."""
+    import json
+
+    from atkit import config, seeds
+
+    monkeypatch.setattr(seeds, "spread_path", lambda preset: tmp_path / "s.json")
+    committed = json.loads((ROOT / "runs" / "seed-spread-cpu.json").read_text())
+    (tmp_path / "s.json").write_text(json.dumps(committed))
+    other = "bf16" if committed["precision"] != "bf16" else "fp32"
+    spread, why = seeds.load_spread("cpu", {}, config.RunConfig, other)
+    lines = report.spread({"why_not": why}, None)
+    assert spread is None and len(lines) > 1 and lines[0].startswith("seed spread: ")
+    assert max(map(len, lines)) <= prose.WIDTH
+    assert " ".join(lines) == f"seed spread: {why}"
 
 
 def test_a_diverged_run_is_reported_in_its_row_and_the_rest_go_on(summary):
