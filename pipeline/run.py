@@ -106,18 +106,18 @@ def book_source() -> str:
     return inspect.getsource(book)
 
 
-def definition_source(name: str, source: str) -> str:
-    """The code of the book's top-level definition `name` (a function, a class or an
-    assignment) in `source`, as the parser reads it: comments, blank lines and the
-    line it starts on do not count."""
-    tree = ast.parse(source)
-    for node in tree.body:
+def definitions(source: str) -> dict[str, str]:
+    """{name: code} of the book's top-level definitions (functions, classes and
+    assignments) in `source`, as the parser reads them: comments, blank lines and the
+    line each starts on do not count. The first definition of a name is its own."""
+    found = {}
+    for node in ast.parse(source).body:
         names = {getattr(node, "name", None)}
         if isinstance(node, ast.Assign):
             names = {t.id for t in node.targets if isinstance(t, ast.Name)}
-        if name in names:
-            return ast.dump(node)
-    raise LookupError(f"the book defines no {name} (pipeline.run.TRAINED_BY names it)")
+        for name in names - {None}:
+            found.setdefault(name, ast.dump(node))
+    return found
 
 
 def digest(text: str) -> str:
@@ -125,13 +125,18 @@ def digest(text: str) -> str:
 
 
 def fingerprint() -> dict:
-    """{name: digest} of every definition in TRAINED_BY, from the book's source."""
-    source = book_source()
-    return {
-        name: digest(definition_source(name, source))
-        for names in TRAINED_BY.values()
-        for name in names
-    }
+    """{name: digest} of every definition in TRAINED_BY, from the book's source
+    (parsed once: a fingerprint is taken at every start of a run)."""
+    code = definitions(book_source())
+    prints = {}
+    for names in TRAINED_BY.values():
+        for name in names:
+            if name not in code:
+                raise LookupError(
+                    f"the book defines no {name} (pipeline.run.TRAINED_BY names it)"
+                )
+            prints[name] = digest(code[name])
+    return prints
 
 
 # Where a model's classes come from when they are not its own code: the book (its
